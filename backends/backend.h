@@ -1,0 +1,84 @@
+// The two contracts between the core and a communication library.
+//
+// Transport: one per process, connects it to the job (MPI_COMM_WORLD, a gloo rendezvous,
+//   threads in one process) and makes, for a group of ranks (a process set), one ControlPlane
+//   and one CPU Backend. Group creation is collective over the group's members only.
+// ControlPlane: negotiation bytes (gather to group rank 0, broadcast from it, AND-allreduce
+//   of a bit vector). Used only by the background thread.
+// Backend: the data plane. Called only from the background thread, in the same order on
+//   every member. A backend that cannot run an op for a dtype/device says so in supports();
+//   the core then asks the next backend in the registry's order.
+//
+// Every blocking call takes a Deadline. On a timeout a backend throws Error(kTimeout, ...)
+// naming the op and, where it knows, the peer it was waiting for, and poisons itself (every
+// later call fails fast with the same error). abort() does the same from outside.
+// Errors are thrown as tutti::Error; the core catches them on the background thread.
+#pragma once
+
+#include "core/common.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace tutti {
+
+class ControlPlane {
+ public:
+  virtual ~ControlPlane() = default;
+  virtual int rank() const = 0;  // index of this process in the group
+  virtual int size() const = 0;
+  // Group rank 0 receives every member's bytes in rank order (its own included);
+  // the others receive an empty vector.
+  virtual std::vector<std::string> gather(const std::string& bytes, Deadline deadline) = 0;
+  // Returns group rank 0's `bytes` on every member (the others' argument is ignored).
+  virtual std::string broadcast(const std::string& bytes, Deadline deadline) = 0;
+  // bits[i] = AND over members of bits[i]. Same length on every member.
+  virtual void allreduceAnd(std::vector<uint64_t>& bits, Deadline deadline) = 0;
+  virtual void abort(const std::string& reason) = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual const char* name() const = 0;
+  virtual bool supports(OpType op, DataType dtype, DeviceType device) const = 0;
+  virtual int rank() const = 0;  // index of this process in the group
+  virtual int size() const = 0;
+
+  // out[i] = op over members of in[i]; in == out means in place. op is never kAverage.
+  virtual void allreduce(const void* in, void* out, int64_t count, DataType dtype, ReduceOp op,
+                         Deadline deadline) = 0;
+  // Member r contributes counts[r] elements; out holds all of them in rank order.
+  virtual void allgatherv(const void* in, void* out, const std::vector<int64_t>& counts,
+                          DataType dtype, Deadline deadline) = 0;
+  // root is a group rank; buf is read on root and written elsewhere.
+  virtual void broadcast(void* buf, int64_t count, DataType dtype, int root,
+                         Deadline deadline) = 0;
+  // in holds send_counts[j] elements for member j, in member order; out receives
+  // recv_counts[j] elements from member j, in member order.
+  virtual void alltoallv(const void* in, const std::vector<int64_t>& send_counts, void* out,
+                         const std::vector<int64_t>& recv_counts, DataType dtype,
+                         Deadline deadline) = 0;
+  // in holds sum(counts) elements on every member; out receives counts[rank()] elements:
+  // block rank() of the reduction. op is never kAverage.
+  virtual void reducescatter(const void* in, void* out, const std::vector<int64_t>& counts,
+                             DataType dtype, ReduceOp op, Deadline deadline) = 0;
+  virtual void barrier(Deadline deadline) = 0;
+  virtual void abort(const std::string& reason) = 0;
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  virtual const char* name() const = 0;  // "mpi", "gloo", "loopback"
+  virtual int rank() const = 0;          // world rank
+  virtual int size() const = 0;
+  // Collective over the members of `ranks` (sorted world ranks, this process among them).
+  // `id` is the process set's id, the same on every member and unique in the job.
+  virtual std::unique_ptr<ControlPlane> makeControlPlane(const std::vector<int>& ranks,
+                                                         int id) = 0;
+  virtual std::unique_ptr<Backend> makeBackend(const std::vector<int>& ranks, int id) = 0;
+};
+
+}  // namespace tutti

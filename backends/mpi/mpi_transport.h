@@ -1,0 +1,15 @@
+// Open MPI transport: control plane and data plane on communicators derived from
+// MPI_COMM_WORLD. Initializes MPI with MPI_THREAD_MULTIPLE unless the program already did
+// (then it leaves MPI initialized at shutdown).
+#pragma once
+
+#include "backends/backend.h"
+#include "core/config.h"
+
+#include <memory>
+
+namespace tutti {
+
+std::unique_ptr<Transport> makeMpiTransport(const Config& config);
+
+}  // namespace tutti

@@ -1,0 +1,88 @@
+// The only C++ file with #if TUTTI_WITH_*.
+#include "backends/registry.h"
+
+#include "backends/loopback/loopback.h"
+#if TUTTI_WITH_MPI
+#include "backends/mpi/mpi_transport.h"
+#endif
+#if TUTTI_WITH_GLOO
+#include "backends/gloo/gloo_transport.h"
+#endif
+#if TUTTI_WITH_NCCL
+#include "backends/nccl/nccl_backend.h"
+#endif
+
+namespace tutti {
+
+std::vector<std::string> builtBackends() {
+  std::vector<std::string> names;
+#if TUTTI_WITH_MPI
+  names.push_back("mpi");
+#endif
+#if TUTTI_WITH_GLOO
+  names.push_back("gloo");
+#endif
+#if TUTTI_WITH_NCCL
+  names.push_back("nccl");
+#endif
+  names.push_back("loopback");
+  return names;
+}
+
+bool backendBuiltByName(const std::string& name) {
+  for (const auto& built : builtBackends())
+    if (built == name) return true;
+  return false;
+}
+
+namespace {
+
+std::string defaultCpuOperations(const Config& config) {
+  if (!config.rendezvous_addr.empty()) return "gloo";
+  if (config.topology.source == "Open MPI") return "mpi";
+  if (config.topology.size == 1) return "loopback";
+  // Launched by Slurm or with only TUTTI_* topology: MPI if we have it, else gloo.
+  return backendBuiltByName("mpi") ? "mpi" : "gloo";
+}
+
+}  // namespace
+
+std::unique_ptr<Transport> makeTransport(const Config& config) {
+  std::string which = config.cpu_operations.empty() ? defaultCpuOperations(config)
+                                                    : config.cpu_operations;
+  if (which == "loopback") {
+    if (config.topology.size != 1)
+      throwError(StatusCode::kInvalidArgument,
+                 "TUTTI_CPU_OPERATIONS=loopback runs a world of one process, but this job has " +
+                     std::to_string(config.topology.size) + " ranks (from " +
+                     config.topology.source + ")");
+    return makeLoopbackTransport(makeLoopbackHub(1), 0);
+  }
+#if TUTTI_WITH_MPI
+  if (which == "mpi") return makeMpiTransport(config);
+#endif
+#if TUTTI_WITH_GLOO
+  if (which == "gloo") return makeGlooTransport(config);
+#endif
+  std::string built;
+  for (const auto& name : builtBackends()) built += (built.empty() ? "" : ", ") + name;
+  throwError(StatusCode::kUnsupported, "TUTTI_CPU_OPERATIONS=" + which +
+                                           ": this build of Tutti has no such backend (built: " +
+                                           built + ")");
+}
+
+std::vector<std::unique_ptr<Backend>> makeBackends(Transport& transport, ControlPlane& control,
+                                                   const std::vector<int>& ranks, int id,
+                                                   const Config& config) {
+  std::vector<std::unique_ptr<Backend>> backends;
+#if TUTTI_WITH_NCCL
+  if (auto nccl = makeNcclBackend(control, config)) backends.push_back(std::move(nccl));
+#else
+  (void)control;
+  (void)config;
+#endif
+  backends.push_back(transport.makeBackend(ranks, id));
+  return backends;
+}
+
+}  // namespace tutti

@@ -1,0 +1,28 @@
+// Which backends this build has, and the one place that creates them.
+#pragma once
+
+#include "backends/backend.h"
+#include "core/config.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace tutti {
+
+bool backendBuiltByName(const std::string& name);  // "mpi", "gloo", "nccl", "loopback"
+std::vector<std::string> builtBackends();
+
+// The CPU transport that `config` asks for (TUTTI_CPU_OPERATIONS), or, when it is empty,
+// the one the launcher implies: mpi under mpirun, gloo under tuttirun --gloo, loopback for a
+// single process. Throws Error(kUnsupported) for a backend this build lacks.
+std::unique_ptr<Transport> makeTransport(const Config& config);
+
+// The ordered data-plane backends for one group: the GPU backend first (when built and a
+// GPU is present), then the transport's CPU backend. The first whose supports() accepts an
+// op runs it.
+std::vector<std::unique_ptr<Backend>> makeBackends(Transport& transport, ControlPlane& control,
+                                                   const std::vector<int>& ranks, int id,
+                                                   const Config& config);
+
+}  // namespace tutti

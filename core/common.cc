@@ -1,0 +1,105 @@
+#include "core/common.h"
+
+#include <sstream>
+
+namespace tutti {
+
+const char* opTypeName(OpType op) {
+  switch (op) {
+    case OpType::kAllreduce: return "allreduce";
+    case OpType::kAllgather: return "allgather";
+    case OpType::kBroadcast: return "broadcast";
+    case OpType::kAlltoall: return "alltoall";
+    case OpType::kReducescatter: return "reducescatter";
+    case OpType::kBarrier: return "barrier";
+    case OpType::kJoin: return "join";
+  }
+  return "unknown-op";
+}
+
+const char* reduceOpName(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return "sum";
+    case ReduceOp::kAverage: return "average";
+    case ReduceOp::kMin: return "min";
+    case ReduceOp::kMax: return "max";
+    case ReduceOp::kProduct: return "product";
+  }
+  return "unknown-reduce-op";
+}
+
+const char* deviceTypeName(DeviceType device) {
+  return device == DeviceType::kCuda ? "cuda" : "cpu";
+}
+
+const char* dataTypeName(DataType dtype) {
+  switch (dtype) {
+    case DataType::kUInt8: return "uint8";
+    case DataType::kInt8: return "int8";
+    case DataType::kUInt16: return "uint16";
+    case DataType::kInt16: return "int16";
+    case DataType::kInt32: return "int32";
+    case DataType::kInt64: return "int64";
+    case DataType::kFloat16: return "float16";
+    case DataType::kBFloat16: return "bfloat16";
+    case DataType::kFloat32: return "float32";
+    case DataType::kFloat64: return "float64";
+    case DataType::kBool: return "bool";
+  }
+  return "unknown-dtype";
+}
+
+int64_t dataTypeBytes(DataType dtype) {
+  switch (dtype) {
+    case DataType::kUInt8:
+    case DataType::kInt8:
+    case DataType::kBool: return 1;
+    case DataType::kUInt16:
+    case DataType::kInt16:
+    case DataType::kFloat16:
+    case DataType::kBFloat16: return 2;
+    case DataType::kInt32:
+    case DataType::kFloat32: return 4;
+    case DataType::kInt64:
+    case DataType::kFloat64: return 8;
+  }
+  return 0;
+}
+
+int64_t dataTypeSize(DataType dtype) { return dataTypeBytes(dtype); }
+
+bool isFloatingPoint(DataType dtype) {
+  return dtype == DataType::kFloat16 || dtype == DataType::kBFloat16 ||
+         dtype == DataType::kFloat32 || dtype == DataType::kFloat64;
+}
+
+bool isValidDataType(int dtype) { return dtype >= 0 && dtype < kNumDataTypes; }
+bool isValidReduceOp(int op) { return op >= TUTTI_SUM && op <= TUTTI_PRODUCT; }
+
+Deadline deadlineAfter(double seconds) {
+  if (seconds > 1e9) seconds = 1e9;
+  return Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                            std::chrono::duration<double>(seconds));
+}
+
+double secondsLeft(Deadline deadline) {
+  return std::chrono::duration<double>(deadline - Clock::now()).count();
+}
+
+void throwError(StatusCode code, const std::string& message) { throw Error(code, message); }
+
+std::string shapeString(const std::vector<int64_t>& shape) {
+  std::ostringstream out;
+  out << '[';
+  for (size_t i = 0; i < shape.size(); ++i) out << (i ? "," : "") << shape[i];
+  out << ']';
+  return out.str();
+}
+
+std::string joinInts(const std::vector<int>& values) {
+  std::ostringstream out;
+  for (size_t i = 0; i < values.size(); ++i) out << (i ? ", " : "") << values[i];
+  return out.str();
+}
+
+}  // namespace tutti

@@ -1,0 +1,174 @@
+/* Tutti C API. Every function is safe to call from any thread; none throws.
+ * A failing call returns a non-zero tutti_status_t and tutti_last_error() returns the
+ * detail for the calling thread. See docs/c_api.md. */
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TUTTI_VERSION_MAJOR 0
+#define TUTTI_VERSION_MINOR 1
+#define TUTTI_MAX_DIMS 8
+
+typedef enum tutti_status {
+  TUTTI_OK = 0,
+  TUTTI_ERR_INVALID_ARGUMENT = 1, /* bad input on this rank */
+  TUTTI_ERR_MISMATCH = 2,         /* ranks disagree about a tensor (dtype, shape, op, ...) */
+  TUTTI_ERR_TIMEOUT = 3,          /* a deadline passed */
+  TUTTI_ERR_ABORTED = 4,          /* the job was aborted (peer died, earlier fatal error) */
+  TUTTI_ERR_NOT_INITIALIZED = 5,  /* tutti_init has not been called */
+  TUTTI_ERR_BACKEND = 6,          /* the backend library reported an error */
+  TUTTI_ERR_UNSUPPORTED = 7,      /* no backend supports this op/dtype/device */
+  TUTTI_ERR_IN_PROGRESS = 8,      /* wait timed out: the operation is still running */
+  TUTTI_ERR_JOINED = 9,           /* op not allowed while a rank has joined */
+  TUTTI_ERR_DUPLICATE_NAME = 10,  /* a tensor of that name is already in flight here */
+  TUTTI_ERR_INTERNAL = 11
+} tutti_status_t;
+
+typedef enum tutti_dtype {
+  TUTTI_UINT8 = 0,
+  TUTTI_INT8 = 1,
+  TUTTI_UINT16 = 2,
+  TUTTI_INT16 = 3,
+  TUTTI_INT32 = 4,
+  TUTTI_INT64 = 5,
+  TUTTI_FLOAT16 = 6,
+  TUTTI_BFLOAT16 = 7,
+  TUTTI_FLOAT32 = 8,
+  TUTTI_FLOAT64 = 9,
+  TUTTI_BOOL = 10
+} tutti_dtype_t;
+
+typedef enum tutti_reduce_op {
+  TUTTI_SUM = 0,
+  TUTTI_AVERAGE = 1,
+  TUTTI_MIN = 2,
+  TUTTI_MAX = 3,
+  TUTTI_PRODUCT = 4
+} tutti_reduce_op_t;
+
+/* 0 is never a valid handle. */
+typedef int64_t tutti_handle_t;
+
+/* Process set 0 is the global set of all ranks. */
+#define TUTTI_GLOBAL_PROCESS_SET 0
+
+/* Called on the background thread when an operation finishes. `message` is NULL on
+ * success; it is only valid during the call. Must not block. */
+typedef void (*tutti_callback_t)(tutti_handle_t handle, tutti_status_t status,
+                                 const char* message, void* user_data);
+
+/* The result of an operation whose output size depends on other ranks (allgather,
+ * alltoall, reducescatter), or of join. Filled by tutti_wait_result. */
+typedef struct tutti_result {
+  size_t struct_size;   /* set to sizeof(tutti_result_t) before the call */
+  void* data;           /* output, allocated by Tutti: release with tutti_free() */
+  int64_t nbytes;       /* bytes in data */
+  int ndim;             /* output shape */
+  int64_t shape[TUTTI_MAX_DIMS];
+  int64_t* recv_splits; /* alltoall: rows received from each rank (process-set order);
+                           allocated by Tutti, release with tutti_free(); else NULL */
+  int nsplits;
+  int last_joined_rank; /* join: the last rank that joined; else -1 */
+} tutti_result_t;
+
+/* ---- lifecycle and topology ---- */
+tutti_status_t tutti_init(void); /* settings from the environment (docs/env_vars.md) */
+tutti_status_t tutti_shutdown(void);
+int tutti_is_initialized(void);
+int tutti_rank(void); /* -1 before init */
+int tutti_size(void);
+int tutti_local_rank(void);
+int tutti_local_size(void);
+int tutti_cross_rank(void);
+int tutti_cross_size(void);
+const char* tutti_last_error(void); /* detail of this thread's last failure; "" if none */
+const char* tutti_status_string(tutti_status_t status);
+const char* tutti_dtype_name(tutti_dtype_t dtype);
+int tutti_backend_built(const char* name); /* "mpi", "gloo", "nccl": 1 if compiled in */
+const char* tutti_cpu_backend(void);       /* backend in use after init, e.g. "mpi" */
+
+/* ---- collectives on flat buffers (process set 0) ---- */
+tutti_status_t tutti_allreduce_async(const char* name, const void* input, void* output,
+                                     int64_t count, tutti_dtype_t dtype, tutti_reduce_op_t op,
+                                     double prescale, double postscale, tutti_handle_t* handle);
+tutti_status_t tutti_broadcast_async(const char* name, void* buffer, int64_t count,
+                                     tutti_dtype_t dtype, int root, tutti_handle_t* handle);
+
+/* ---- general form: shapes, process sets, callbacks ---- */
+typedef struct tutti_tensor {
+  void* data;
+  tutti_dtype_t dtype;
+  int ndim;
+  int64_t shape[TUTTI_MAX_DIMS];
+} tutti_tensor_t;
+
+typedef struct tutti_op_options {
+  size_t struct_size;    /* sizeof(tutti_op_options_t) */
+  tutti_reduce_op_t op;  /* allreduce, reducescatter */
+  double prescale;       /* default 1.0 */
+  double postscale;      /* default 1.0 */
+  int root;              /* broadcast: rank within the process set */
+  int process_set;       /* TUTTI_GLOBAL_PROCESS_SET */
+  const int64_t* splits; /* alltoall: rows to send to each rank of the set; NULL = equal */
+  int nsplits;
+  tutti_callback_t callback; /* optional */
+  void* user_data;
+} tutti_op_options_t;
+
+/* Fills defaults: SUM, scales 1.0, root 0, global set, equal splits, no callback. */
+void tutti_op_options_init(tutti_op_options_t* options);
+
+tutti_status_t tutti_allreduce_tensor_async(const char* name, const tutti_tensor_t* input,
+                                            tutti_tensor_t* output,
+                                            const tutti_op_options_t* options,
+                                            tutti_handle_t* handle);
+/* Negotiated and run together: every tensor of the group completes at once. One handle. */
+tutti_status_t tutti_grouped_allreduce_async(const char* const* names,
+                                             const tutti_tensor_t* inputs,
+                                             tutti_tensor_t* outputs, int ntensors,
+                                             const tutti_op_options_t* options,
+                                             tutti_handle_t* handle);
+tutti_status_t tutti_broadcast_tensor_async(const char* name, tutti_tensor_t* buffer,
+                                            const tutti_op_options_t* options,
+                                            tutti_handle_t* handle);
+/* Output sizes depend on other ranks: read them with tutti_wait_result. */
+tutti_status_t tutti_allgather_async(const char* name, const tutti_tensor_t* input,
+                                     const tutti_op_options_t* options, tutti_handle_t* handle);
+tutti_status_t tutti_alltoall_async(const char* name, const tutti_tensor_t* input,
+                                    const tutti_op_options_t* options, tutti_handle_t* handle);
+tutti_status_t tutti_reducescatter_async(const char* name, const tutti_tensor_t* input,
+                                         const tutti_op_options_t* options,
+                                         tutti_handle_t* handle);
+/* Blocks until every rank of the process set has entered the barrier. */
+tutti_status_t tutti_barrier(int process_set, double timeout_seconds);
+/* This rank has no more data: until all ranks join it contributes zeros to the others'
+ * allreduces. Blocks until every rank has joined; *last_joined_rank receives the last. */
+tutti_status_t tutti_join(int process_set, double timeout_seconds, int* last_joined_rank);
+
+/* ---- handles ---- */
+tutti_status_t tutti_poll(tutti_handle_t handle, int* done);
+/* Waits up to timeout_seconds (< 0: no limit but TUTTI_TIMEOUT_SECONDS). On TUTTI_ERR_IN_PROGRESS
+ * the handle stays valid; otherwise it is released. */
+tutti_status_t tutti_wait(tutti_handle_t handle, double timeout_seconds);
+tutti_status_t tutti_wait_result(tutti_handle_t handle, double timeout_seconds,
+                                 tutti_result_t* result);
+void tutti_free(void* ptr);
+
+/* ---- process sets ---- */
+/* Collective over ALL ranks: each passes the same sorted, duplicate-free rank list.
+ * *process_set receives its id (> 0). Sets registered differently on different ranks
+ * are an error on every rank. */
+tutti_status_t tutti_add_process_set(const int* ranks, int nranks, int* process_set);
+tutti_status_t tutti_remove_process_set(int process_set);
+/* This rank's index in the set, or -1 if it is not a member. */
+int tutti_process_set_rank(int process_set);
+int tutti_process_set_size(int process_set);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif

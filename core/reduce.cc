@@ -1,0 +1,180 @@
+#include "core/reduce.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+namespace tutti {
+
+float halfToFloat(uint16_t h) {
+  uint32_t sign = (h & 0x8000u) << 16;
+  uint32_t exp = (h >> 10) & 0x1f;
+  uint32_t mant = h & 0x3ffu;
+  uint32_t bits;
+  if (exp == 0) {
+    if (mant == 0) {
+      bits = sign;
+    } else {  // subnormal: normalise
+      exp = 127 - 15 + 1;
+      while ((mant & 0x400u) == 0) {
+        mant <<= 1;
+        --exp;
+      }
+      mant &= 0x3ffu;
+      bits = sign | (exp << 23) | (mant << 13);
+    }
+  } else if (exp == 0x1f) {
+    bits = sign | 0x7f800000u | (mant << 13);
+  } else {
+    bits = sign | ((exp + 127 - 15) << 23) | (mant << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+uint16_t floatToHalf(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, sizeof x);
+  uint32_t sign = (x >> 16) & 0x8000u;
+  uint32_t exp = (x >> 23) & 0xffu;
+  uint32_t mant = x & 0x7fffffu;
+  if (exp == 0xff) return static_cast<uint16_t>(sign | 0x7c00u | (mant ? 0x200u : 0));
+  int e = static_cast<int>(exp) - 127 + 15;
+  if (e >= 0x1f) return static_cast<uint16_t>(sign | 0x7c00u);  // overflow -> inf
+  if (e <= 0) {                                                 // subnormal or zero
+    if (e < -10) return static_cast<uint16_t>(sign);
+    mant |= 0x800000u;
+    uint32_t shift = static_cast<uint32_t>(14 - e);
+    uint32_t half = mant >> shift;
+    uint32_t rem = mant & ((1u << shift) - 1);
+    uint32_t mid = 1u << (shift - 1);
+    if (rem > mid || (rem == mid && (half & 1u))) ++half;
+    return static_cast<uint16_t>(sign | half);
+  }
+  uint32_t half = sign | (static_cast<uint32_t>(e) << 10) | (mant >> 13);
+  uint32_t rem = mant & 0x1fffu;
+  if (rem > 0x1000u || (rem == 0x1000u && (half & 1u))) ++half;  // may carry into exp: fine
+  return static_cast<uint16_t>(half);
+}
+
+float bfloat16ToFloat(uint16_t b) {
+  uint32_t bits = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+uint16_t floatToBfloat16(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, sizeof x);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40u);  // NaN
+  uint32_t rounding = 0x7fffu + ((x >> 16) & 1u);
+  return static_cast<uint16_t>((x + rounding) >> 16);
+}
+
+namespace {
+
+template <typename T>
+void reduceTyped(T* acc, const T* in, int64_t n, ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kAverage:
+      for (int64_t i = 0; i < n; ++i) acc[i] = static_cast<T>(acc[i] + in[i]);
+      break;
+    case ReduceOp::kMin:
+      for (int64_t i = 0; i < n; ++i) acc[i] = std::min(acc[i], in[i]);
+      break;
+    case ReduceOp::kMax:
+      for (int64_t i = 0; i < n; ++i) acc[i] = std::max(acc[i], in[i]);
+      break;
+    case ReduceOp::kProduct:
+      for (int64_t i = 0; i < n; ++i) acc[i] = static_cast<T>(acc[i] * in[i]);
+      break;
+  }
+}
+
+void reduceBool(uint8_t* acc, const uint8_t* in, int64_t n, ReduceOp op) {
+  bool logical_and = op == ReduceOp::kMin || op == ReduceOp::kProduct;
+  for (int64_t i = 0; i < n; ++i) {
+    bool a = acc[i] != 0, b = in[i] != 0;
+    acc[i] = static_cast<uint8_t>(logical_and ? (a && b) : (a || b));
+  }
+}
+
+template <float (*ToFloat)(uint16_t), uint16_t (*FromFloat)(float)>
+void reduce16(uint16_t* acc, const uint16_t* in, int64_t n, ReduceOp op) {
+  for (int64_t i = 0; i < n; ++i) {
+    float a = ToFloat(acc[i]), b = ToFloat(in[i]), r = a;
+    switch (op) {
+      case ReduceOp::kSum:
+      case ReduceOp::kAverage: r = a + b; break;
+      case ReduceOp::kMin: r = std::fmin(a, b); break;
+      case ReduceOp::kMax: r = std::fmax(a, b); break;
+      case ReduceOp::kProduct: r = a * b; break;
+    }
+    acc[i] = FromFloat(r);
+  }
+}
+
+template <typename T>
+void scaleFloat(const T* in, T* out, int64_t n, double factor) {
+  for (int64_t i = 0; i < n; ++i) out[i] = static_cast<T>(in[i] * factor);
+}
+
+template <typename T>
+void scaleInt(const T* in, T* out, int64_t n, double factor) {
+  for (int64_t i = 0; i < n; ++i) out[i] = static_cast<T>(std::trunc(in[i] * factor));
+}
+
+template <float (*ToFloat)(uint16_t), uint16_t (*FromFloat)(float)>
+void scale16(const uint16_t* in, uint16_t* out, int64_t n, double factor) {
+  float f = static_cast<float>(factor);
+  for (int64_t i = 0; i < n; ++i) out[i] = FromFloat(ToFloat(in[i]) * f);
+}
+
+}  // namespace
+
+void reduceInto(void* acc, const void* in, int64_t n, DataType dtype, ReduceOp op) {
+  switch (dtype) {
+    case DataType::kUInt8: return reduceTyped(static_cast<uint8_t*>(acc), static_cast<const uint8_t*>(in), n, op);
+    case DataType::kInt8: return reduceTyped(static_cast<int8_t*>(acc), static_cast<const int8_t*>(in), n, op);
+    case DataType::kUInt16: return reduceTyped(static_cast<uint16_t*>(acc), static_cast<const uint16_t*>(in), n, op);
+    case DataType::kInt16: return reduceTyped(static_cast<int16_t*>(acc), static_cast<const int16_t*>(in), n, op);
+    case DataType::kInt32: return reduceTyped(static_cast<int32_t*>(acc), static_cast<const int32_t*>(in), n, op);
+    case DataType::kInt64: return reduceTyped(static_cast<int64_t*>(acc), static_cast<const int64_t*>(in), n, op);
+    case DataType::kFloat32: return reduceTyped(static_cast<float*>(acc), static_cast<const float*>(in), n, op);
+    case DataType::kFloat64: return reduceTyped(static_cast<double*>(acc), static_cast<const double*>(in), n, op);
+    case DataType::kFloat16:
+      return reduce16<halfToFloat, floatToHalf>(static_cast<uint16_t*>(acc), static_cast<const uint16_t*>(in), n, op);
+    case DataType::kBFloat16:
+      return reduce16<bfloat16ToFloat, floatToBfloat16>(static_cast<uint16_t*>(acc), static_cast<const uint16_t*>(in), n, op);
+    case DataType::kBool: return reduceBool(static_cast<uint8_t*>(acc), static_cast<const uint8_t*>(in), n, op);
+  }
+}
+
+void scaleInto(const void* in, void* out, int64_t n, DataType dtype, double factor) {
+  if (factor == 1.0) {
+    if (in != out) std::memcpy(out, in, static_cast<size_t>(n * dataTypeBytes(dtype)));
+    return;
+  }
+  switch (dtype) {
+    case DataType::kUInt8: return scaleInt(static_cast<const uint8_t*>(in), static_cast<uint8_t*>(out), n, factor);
+    case DataType::kInt8: return scaleInt(static_cast<const int8_t*>(in), static_cast<int8_t*>(out), n, factor);
+    case DataType::kUInt16: return scaleInt(static_cast<const uint16_t*>(in), static_cast<uint16_t*>(out), n, factor);
+    case DataType::kInt16: return scaleInt(static_cast<const int16_t*>(in), static_cast<int16_t*>(out), n, factor);
+    case DataType::kInt32: return scaleInt(static_cast<const int32_t*>(in), static_cast<int32_t*>(out), n, factor);
+    case DataType::kInt64: return scaleInt(static_cast<const int64_t*>(in), static_cast<int64_t*>(out), n, factor);
+    case DataType::kFloat32: return scaleFloat(static_cast<const float*>(in), static_cast<float*>(out), n, factor);
+    case DataType::kFloat64: return scaleFloat(static_cast<const double*>(in), static_cast<double*>(out), n, factor);
+    case DataType::kFloat16:
+      return scale16<halfToFloat, floatToHalf>(static_cast<const uint16_t*>(in), static_cast<uint16_t*>(out), n, factor);
+    case DataType::kBFloat16:
+      return scale16<bfloat16ToFloat, floatToBfloat16>(static_cast<const uint16_t*>(in), static_cast<uint16_t*>(out), n, factor);
+    case DataType::kBool:
+      if (in != out) std::memcpy(out, in, static_cast<size_t>(n));
+      return;
+  }
+}
+
+}  // namespace tutti

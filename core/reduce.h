@@ -1,0 +1,25 @@
+// Element-wise kernels on host memory, shared by the core (scaling, join zeros) and the
+// CPU backends that need their own reduction (loopback, gloo, MPI user ops for 16-bit floats).
+// float16 and bfloat16 are computed in float and rounded to nearest-even once per step.
+#pragma once
+
+#include "core/common.h"
+
+#include <cstdint>
+
+namespace tutti {
+
+float halfToFloat(uint16_t h);
+uint16_t floatToHalf(float f);
+float bfloat16ToFloat(uint16_t b);
+uint16_t floatToBfloat16(float f);
+
+// acc[i] = acc[i] (op) in[i] for i < count. op must not be kAverage (the core turns
+// average into sum + scale). bool: sum/max = logical or, min/product = logical and.
+void reduceInto(void* acc, const void* in, int64_t count, DataType dtype, ReduceOp op);
+
+// out[i] = in[i] * factor (in may equal out). Integers are scaled in double and truncated
+// toward zero; bool is left unchanged. factor == 1 with in == out is a no-op.
+void scaleInto(const void* in, void* out, int64_t count, DataType dtype, double factor);
+
+}  // namespace tutti
