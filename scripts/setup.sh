@@ -11,6 +11,7 @@ PACKAGES=(
   pybind11-dev python3-pybind11
   python3-torch libtorch-dev
   python3-pytest python3-numpy python3-matplotlib
+  libssl-dev
   openssh-client procps
 )
 
