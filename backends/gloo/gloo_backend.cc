@@ -54,6 +54,13 @@ std::string describe(const char* op, int64_t count, DataType dtype) {
   return std::string(op) + " of " + std::to_string(count) + " x " + dataTypeName(dtype);
 }
 
+// The ring algorithms wait on these two peers: name them in errors.
+std::string ringPeers(const GlooGroup& group) {
+  const int n = group.size(), r = group.rank();
+  return " [ring: receives from world rank " + std::to_string(group.worldRank((r + n - 1) % n)) +
+         ", sends to world rank " + std::to_string(group.worldRank((r + 1) % n)) + "]";
+}
+
 class GlooBackend : public Backend {
  public:
   explicit GlooBackend(std::unique_ptr<GlooGroup> group) : group_(std::move(group)) {}
@@ -70,7 +77,8 @@ class GlooBackend : public Backend {
 
   void allreduce(const void* in, void* out, int64_t count, DataType dtype, ReduceOp op,
                  Deadline deadline) override {
-    group_->run(describe("allreduce", count, dtype) + " op " + reduceOpName(op), deadline,
+    group_->run(describe("allreduce", count, dtype) + " op " + reduceOpName(op) +
+                    ringPeers(*group_), deadline,
                 [&](std::chrono::milliseconds timeout) {
                   allreduceInto(in, out, count, dtype, op, timeout);
                 });
@@ -81,7 +89,7 @@ class GlooBackend : public Backend {
     checkCounts("allgatherv", counts);
     const int64_t element = dataTypeBytes(dtype);
     const int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});
-    group_->run(describe("allgatherv", total, dtype), deadline,
+    group_->run(describe("allgatherv", total, dtype) + ringPeers(*group_), deadline,
                 [&](std::chrono::milliseconds timeout) {
       if (total == 0) return;
       const int64_t mine = counts[rank()] * element;
@@ -163,7 +171,8 @@ class GlooBackend : public Backend {
     const int64_t element = dataTypeBytes(dtype);
     const int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});
     const int64_t before = std::accumulate(counts.begin(), counts.begin() + rank(), int64_t{0});
-    group_->run(describe("reducescatter", total, dtype) + " op " + reduceOpName(op), deadline,
+    group_->run(describe("reducescatter", total, dtype) + " op " + reduceOpName(op) +
+                    ringPeers(*group_), deadline,
                 [&](std::chrono::milliseconds timeout) {
       if (total == 0) return;
       // Persistent scratch: grows to the largest reducescatter seen, never shrinks.
