@@ -160,8 +160,9 @@ def run_gloo(args, host_list, env):
             print("tuttirun: rank %d on %s (%s): %s" % (s.rank, s.host, where, " ".join(
                 "%s=%s" % kv for kv in sorted(dict(env, **s.env(args.np)).items()))))
         return 0
+    # Bound and listening now; its threads start after the workers (see spawn.py).
     server = RendezvousServer(bytes.fromhex(secret), host=address)
-    env["TUTTI_RENDEZVOUS_PORT"] = str(server.start())
+    env["TUTTI_RENDEZVOUS_PORT"] = str(server.port)
     job = Job(OutputForwarder(args.output_filename))
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, job.on_signal)
@@ -192,9 +193,12 @@ def run_gloo(args, host_list, env):
     except OSError as e:
         print("tuttirun: cannot start rank %d (%s): %s" % (s.rank, args.command[0], e),
               file=sys.stderr, flush=True)
+        job.forward_output()
         job.stop()
         server.stop()
         return 127
+    job.forward_output()
+    server.start()
     code = job.wait()
     server.stop()
     return code

@@ -17,6 +17,23 @@ import time
 SECRET_ENV = "TUTTI_SECRET"
 
 
+def _load_prctl():
+    try:
+        import ctypes
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+_PRCTL = _load_prctl()
+
+
+def _die_with_parent():
+    """In the child before exec: SIGKILL it if tuttirun dies (even by SIGKILL). Safe only
+    while tuttirun has no other threads, so Job starts every process before any thread."""
+    _PRCTL(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
+
+
 class OutputForwarder:
     """Forwards whole lines from workers' pipes, prefixed "[rank]<stdout>:", under one lock
     so lines never interleave; optionally also writes DIR/rank.N/{stdout,stderr}."""
@@ -138,27 +155,38 @@ class Job:
     def start_local(self, slot, command, env):
         popen = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL,
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                 start_new_session=True)
+                                 start_new_session=True, preexec_fn=self._preexec())
         self._add(slot, popen, slot.host)
 
     def start_remote(self, slot, argv, stdin_bytes):
         popen = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                 stderr=subprocess.PIPE, start_new_session=True)
+                                 stderr=subprocess.PIPE, start_new_session=True,
+                                 preexec_fn=self._preexec())
         popen.stdin.write(stdin_bytes)
         popen.stdin.flush()  # stdin stays open: closing it stops the remote worker
         self._add(slot, popen, slot.host)
 
+    @staticmethod
+    def _preexec():
+        return _die_with_parent if _PRCTL and threading.active_count() == 1 else None
+
     def _add(self, slot, popen, where):
-        worker = Worker(slot, popen, where)
-        self.workers.append(worker)
-        self.forwarder.attach(slot.rank, "stdout", popen.stdout)
-        self.forwarder.attach(slot.rank, "stderr", popen.stderr)
+        self.workers.append(Worker(slot, popen, where))
+
+    def forward_output(self):
+        """Starts the forwarding threads, once every process is started (pipes buffer the
+        little output written meanwhile)."""
+        for w in self.workers:
+            self.forwarder.attach(w.rank, "stdout", w.popen.stdout)
+            self.forwarder.attach(w.rank, "stderr", w.popen.stderr)
 
     def on_signal(self, signum, _frame):
         self.interrupted = signum
 
     def wait(self):
         """Returns tuttirun's exit code."""
+        if not self.forwarder.threads:
+            self.forward_output()
         failed = None
         running = list(self.workers)
         while running and failed is None and self.interrupted is None:

@@ -205,6 +205,18 @@ class TeardownTest(unittest.TestCase):
         self.assertIn("received SIGINT", err)
         self.assert_all_dead(pids)
 
+    def test_workers_die_with_a_killed_tuttirun(self):
+        proc = self.start(["-np", "2", PYTHON, WORKER, "sleep"])
+        pids = self.wait_for_pids(proc, 2)
+        proc.kill()  # SIGKILL: no teardown runs; PR_SET_PDEATHSIG kills the workers
+        proc.communicate(timeout=30)
+        self.assert_all_dead(pids[0::2])  # the workers; their children are orphaned sleeps
+        for child in pids[1::2]:
+            try:
+                os.kill(child, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
     def test_sigterm_and_a_worker_that_ignores_it(self):
         proc = self.start(["-np", "2", PYTHON, WORKER, "sleep", "ignore-term"])
         pids = self.wait_for_pids(proc, 2)
