@@ -43,15 +43,23 @@ def make_parser():
     p.add_argument("--ssh-identity-file", help="ssh private key for remote hosts")
     p.add_argument("-x", dest="export", action="append", default=[], metavar="VAR[=VALUE]",
                    help="pass VAR (from this environment, or set to VALUE) to every worker")
-    p.add_argument("--fusion-threshold-mb", type=float, metavar="MB")
-    p.add_argument("--cycle-time-ms", type=float, metavar="MS")
-    p.add_argument("--timeline-filename", metavar="FILE")
-    p.add_argument("--cache-capacity", type=int, metavar="N")
-    p.add_argument("--stall-check-warning-time-seconds", type=float, metavar="S")
-    p.add_argument("--stall-check-shutdown-time-seconds", type=float, metavar="S")
-    p.add_argument("--no-stall-check", action="store_true")
+    p.add_argument("--fusion-threshold-mb", type=float, metavar="MB",
+                   help="fusion buffer size (TUTTI_FUSION_THRESHOLD, in bytes)")
+    p.add_argument("--cycle-time-ms", type=float, metavar="MS",
+                   help="batching bound of one round (TUTTI_CYCLE_TIME_MS)")
+    p.add_argument("--timeline-filename", metavar="FILE",
+                   help="write a Chrome-tracing timeline (TUTTI_TIMELINE)")
+    p.add_argument("--cache-capacity", type=int, metavar="N",
+                   help="response cache entries, 0 = off (TUTTI_CACHE_CAPACITY)")
+    p.add_argument("--stall-check-warning-time-seconds", type=float, metavar="S",
+                   help="warn about stalled tensors (TUTTI_STALL_CHECK_TIME_SECONDS)")
+    p.add_argument("--stall-check-shutdown-time-seconds", type=float, metavar="S",
+                   help="fail after a stall this long (TUTTI_STALL_SHUTDOWN_TIME_SECONDS)")
+    p.add_argument("--no-stall-check", action="store_true",
+                   help="disable the stall check (TUTTI_STALL_CHECK_DISABLE=1)")
     p.add_argument("--log-level", choices=["trace", "debug", "info", "warning", "error",
-                                           "fatal"])
+                                           "fatal"],
+                   help="TUTTI_LOG_LEVEL")
     p.add_argument("--start-timeout", type=float, metavar="S",
                    help="rendezvous/connection deadline (exported as TUTTI_TIMEOUT_SECONDS)")
     p.add_argument("--network-interface", metavar="IFACE",
