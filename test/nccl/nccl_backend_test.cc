@@ -1,14 +1,18 @@
-// The NCCL backend in one process (a group of one). Without a CUDA device only the
-// [no-gpu] cases run (the factory must decline; the dtype/op tables are checked), and the
-// binary exits with kSkipReturnCode so CTest reports "Skipped".
+// The NCCL backend in one process, bootstrapped over the loopback control plane. Without a
+// CUDA device only the [no-gpu] cases run (the factory must decline, on every thread-rank
+// together; the dtype/op tables are checked), and the binary exits with kSkipReturnCode so
+// CTest reports "Skipped".
 #define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
+#include <cuda_runtime_api.h>
 
+#include "backends/loopback/loopback.h"
 #include "backends/nccl/nccl_backend.h"
 #include "backends/nccl/nccl_types.h"
 #include "test/nccl/nccl_test_util.h"
 
 #include <cstdio>
+#include <thread>
 
 namespace tutti {
 namespace {
@@ -84,29 +88,65 @@ TEST_CASE("reduce ops map to NCCL's; bool reduces as or/and", "[no-gpu]") {
   CHECK(detail::ncclVersionString(2708) == "2.7.8");
 }
 
-TEST_CASE("without a CUDA device the factory declines after asking the group", "[no-gpu]") {
-  if (test::cudaDeviceCountOrZero() > 0) return;  // the GPU cases below cover this machine
-  test::SoloControlPlane control;
-  Config config;
-  config.timeout_seconds = kTimeoutSeconds;
-  CHECK(makeNcclBackend(control, config) == nullptr);
-  CHECK(control.and_calls == 1);  // the decision is the group's, not this rank's alone
+// A group of all ranks of a loopback world, for one thread-rank.
+struct LoopbackGroup {
+  LoopbackGroup(std::shared_ptr<LoopbackHub> hub, int rank, int size)
+      : transport(makeLoopbackTransport(std::move(hub), rank)) {
+    std::vector<int> ranks(size);
+    for (int r = 0; r < size; ++r) ranks[r] = r;
+    control = transport->makeControlPlane(ranks, 0);
+  }
+  std::unique_ptr<Transport> transport;
+  std::unique_ptr<ControlPlane> control;
+};
+
+TEST_CASE("without a CUDA device the factory declines on every rank together", "[no-gpu]") {
+  if (test::cudaDeviceCountOrZero() > 0) return;  // the [gpu] cases cover this machine
+  for (int size : {1, 2, 3}) {
+    auto hub = makeLoopbackHub(size);
+    std::vector<int> declined(size, 0);
+    std::vector<std::string> errors(size);
+    std::vector<std::thread> threads;
+    for (int rank = 0; rank < size; ++rank)
+      threads.emplace_back([&, rank] {
+        try {
+          LoopbackGroup group(hub, rank, size);
+          Config config;
+          config.timeout_seconds = kTimeoutSeconds;
+          config.topology.rank = config.topology.local_rank = rank;
+          config.topology.size = config.topology.local_size = size;
+          declined[rank] = makeNcclBackend(*group.control, config) == nullptr;
+        } catch (const std::exception& error) {
+          errors[rank] = error.what();
+        }
+      });
+    for (auto& thread : threads) thread.join();
+    for (int rank = 0; rank < size; ++rank) {
+      INFO("world of " << size << ", rank " << rank << ": " << errors[rank]);
+      CHECK(errors[rank].empty());
+      CHECK(declined[rank]);
+    }
+  }
 }
 
-std::unique_ptr<Backend> makeSoloBackend(test::SoloControlPlane& control) {
-  Config config;
-  config.timeout_seconds = kTimeoutSeconds;
-  auto backend = makeNcclBackend(control, config);
-  REQUIRE(backend != nullptr);
-  REQUIRE(backend->rank() == 0);
-  REQUIRE(backend->size() == 1);
-  REQUIRE(cudaSetDevice(0) == cudaSuccess);  // local rank 0 -> device 0, for the buffers
-  return backend;
-}
+// A backend for a world of one (local rank 0, so CUDA device 0).
+struct SoloBackend {
+  SoloBackend() : group(makeLoopbackHub(1), 0, 1) {
+    Config config;
+    config.timeout_seconds = kTimeoutSeconds;
+    backend = makeNcclBackend(*group.control, config);
+    REQUIRE(backend != nullptr);
+    REQUIRE(backend->rank() == 0);
+    REQUIRE(backend->size() == 1);
+    REQUIRE(cudaSetDevice(0) == cudaSuccess);  // the test's buffers go where NCCL runs
+  }
+  LoopbackGroup group;
+  std::unique_ptr<Backend> backend;
+};
 
 TEST_CASE("every op matches the host reference in a group of one", "[gpu]") {
-  test::SoloControlPlane control;
-  auto backend = makeSoloBackend(control);
+  SoloBackend solo;
+  auto& backend = solo.backend;
   CHECK(std::string(backend->name()) == "nccl");
   Deadline deadline = deadlineAfter(kTimeoutSeconds);
   SECTION("allreduce") { test::checkAllreduce(*backend, deadline); }
@@ -119,8 +159,8 @@ TEST_CASE("every op matches the host reference in a group of one", "[gpu]") {
 }
 
 TEST_CASE("abort() poisons the backend: every later op fails fast with kAborted", "[gpu]") {
-  test::SoloControlPlane control;
-  auto backend = makeSoloBackend(control);
+  SoloBackend solo;
+  auto& backend = solo.backend;
   backend->barrier(deadlineAfter(kTimeoutSeconds));
   backend->abort("test abort");
   for (int i = 0; i < 2; ++i) {

@@ -17,20 +17,6 @@ constexpr int kSkipReturnCode = 77;
 
 int cudaDeviceCountOrZero();
 
-// A ControlPlane for a group of one process (this one): there is nobody to wait for.
-class SoloControlPlane : public ControlPlane {
- public:
-  int rank() const override { return 0; }
-  int size() const override { return 1; }
-  std::vector<std::string> gather(const std::string& bytes, Deadline) override {
-    return {bytes};
-  }
-  std::string broadcast(const std::string& bytes, Deadline) override { return bytes; }
-  void allreduceAnd(std::vector<uint64_t>&, Deadline) override { ++and_calls; }
-  void abort(const std::string&) override {}
-  int and_calls = 0;
-};
-
 // cudaMalloc'd memory on the current device; at least 16 bytes, so never null.
 class DeviceBuffer {
  public:
