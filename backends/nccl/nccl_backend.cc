@@ -290,9 +290,11 @@ std::unique_ptr<Backend> makeNcclBackend(ControlPlane& control, const Config& co
   auto comm = std::make_unique<NcclComm>(control, device, deadline);
   void* scratch = nullptr;
   cudaError_t result = cudaMalloc(&scratch, sizeof(int));
+  if (result == cudaSuccess) result = cudaMemset(scratch, 0, sizeof(int));
   if (result != cudaSuccess) {
     cudaGetLastError();
-    throwError(StatusCode::kBackend, comm->who() + ": cudaMalloc of the barrier scratch failed: " +
+    if (scratch) cudaFree(scratch);
+    throwError(StatusCode::kBackend, comm->who() + ": barrier scratch (cudaMalloc/cudaMemset): " +
                                          cudaGetErrorString(result));
   }
   return std::make_unique<NcclBackend>(std::move(comm), static_cast<int*>(scratch));
