@@ -49,14 +49,14 @@ class NcclBackend final : public Backend {
     if (count == 0) return;
     checkPointer(in, "input", what);
     checkPointer(out, "output", what);
-    comm_->check(ncclAllReduce(in, out, items(count, wire), wire.type, red, comm_->get(),
-                               comm_->stream()),
-                 "ncclAllReduce", deadline);
+    comm_->check(
+        ncclAllReduce(in, out, items(count, wire), wire.type, red, comm_->get(), comm_->stream()),
+        "ncclAllReduce", deadline);
     comm_->finish(deadline);
   }
 
-  void allgatherv(const void* in, void* out, const std::vector<int64_t>& counts,
-                  DataType dtype, Deadline deadline) override {
+  void allgatherv(const void* in, void* out, const std::vector<int64_t>& counts, DataType dtype,
+                  Deadline deadline) override {
     std::string what = describe("allgather", countOf(counts, rank()), dtype, "");
     NcclWireType wire = wireType(OpType::kAllgather, dtype);
     std::vector<int64_t> offsets = offsetsOf(counts, "counts", what);
@@ -65,16 +65,16 @@ class NcclBackend final : public Backend {
     if (counts[rank()] > 0) checkPointer(in, "input", what);
     checkPointer(out, "output", what);
     if (allEqual(counts)) {
-      comm_->check(ncclAllGather(in, out, items(counts[0], wire), wire.type, comm_->get(),
-                                 comm_->stream()),
-                   "ncclAllGather", deadline);
+      comm_->check(
+          ncclAllGather(in, out, items(counts[0], wire), wire.type, comm_->get(), comm_->stream()),
+          "ncclAllGather", deadline);
     } else {
       // Unequal counts: one broadcast per member, rooted at it, into its block of out.
       group(deadline, [&](Recorder& record) {
         for (int r = 0; r < size(); ++r) {
           if (counts[r] == 0) continue;
-          record(ncclBroadcast(in, at(out, offsets[r], dtype), items(counts[r], wire),
-                               wire.type, r, comm_->get(), comm_->stream()),
+          record(ncclBroadcast(in, at(out, offsets[r], dtype), items(counts[r], wire), wire.type, r,
+                               comm_->get(), comm_->stream()),
                  "ncclBroadcast");
         }
       });
@@ -82,21 +82,20 @@ class NcclBackend final : public Backend {
     comm_->finish(deadline);
   }
 
-  void broadcast(void* buf, int64_t count, DataType dtype, int root,
-                 Deadline deadline) override {
+  void broadcast(void* buf, int64_t count, DataType dtype, int root, Deadline deadline) override {
     std::string what = describe("broadcast", count, dtype, "root " + std::to_string(root));
     NcclWireType wire = wireType(OpType::kBroadcast, dtype);
     checkCount(count, what);
     if (root < 0 || root >= size())
-      throwError(StatusCode::kInvalidArgument, comm_->who() + ": " + what +
-                                                   ": root must be in [0, " +
-                                                   std::to_string(size()) + ")");
+      throwError(
+          StatusCode::kInvalidArgument,
+          comm_->who() + ": " + what + ": root must be in [0, " + std::to_string(size()) + ")");
     auto lock = comm_->begin(what);
     if (count == 0) return;
     checkPointer(buf, "buffer", what);
-    comm_->check(ncclBroadcast(buf, buf, items(count, wire), wire.type, root, comm_->get(),
-                               comm_->stream()),
-                 "ncclBroadcast", deadline);
+    comm_->check(
+        ncclBroadcast(buf, buf, items(count, wire), wire.type, root, comm_->get(), comm_->stream()),
+        "ncclBroadcast", deadline);
     comm_->finish(deadline);
   }
 
@@ -127,10 +126,9 @@ class NcclBackend final : public Backend {
     comm_->finish(deadline);
   }
 
-  void reducescatter(const void* in, void* out, const std::vector<int64_t>& counts,
-                     DataType dtype, ReduceOp op, Deadline deadline) override {
-    std::string what =
-        describe("reducescatter", countOf(counts, rank()), dtype, reduceOpName(op));
+  void reducescatter(const void* in, void* out, const std::vector<int64_t>& counts, DataType dtype,
+                     ReduceOp op, Deadline deadline) override {
+    std::string what = describe("reducescatter", countOf(counts, rank()), dtype, reduceOpName(op));
     NcclWireType wire = wireType(OpType::kReducescatter, dtype);
     ncclRedOp_t red = detail::ncclReduceOp(op, dtype);
     std::vector<int64_t> offsets = offsetsOf(counts, "counts", what);
@@ -139,16 +137,16 @@ class NcclBackend final : public Backend {
     checkPointer(in, "input", what);
     if (counts[rank()] > 0) checkPointer(out, "output", what);
     if (allEqual(counts)) {
-      comm_->check(ncclReduceScatter(in, out, items(counts[0], wire), wire.type, red,
-                                     comm_->get(), comm_->stream()),
+      comm_->check(ncclReduceScatter(in, out, items(counts[0], wire), wire.type, red, comm_->get(),
+                                     comm_->stream()),
                    "ncclReduceScatter", deadline);
     } else {
       // Unequal blocks: one reduce per block, rooted at the member that keeps it.
       group(deadline, [&](Recorder& record) {
         for (int r = 0; r < size(); ++r) {
           if (counts[r] == 0) continue;
-          record(ncclReduce(at(in, offsets[r], dtype), out, items(counts[r], wire), wire.type,
-                            red, r, comm_->get(), comm_->stream()),
+          record(ncclReduce(at(in, offsets[r], dtype), out, items(counts[r], wire), wire.type, red,
+                            r, comm_->get(), comm_->stream()),
                  "ncclReduce");
         }
       });
@@ -158,9 +156,9 @@ class NcclBackend final : public Backend {
 
   void barrier(Deadline deadline) override {
     auto lock = comm_->begin("barrier");
-    comm_->check(ncclAllReduce(scratch_, scratch_, 1, ncclInt32, ncclSum, comm_->get(),
-                               comm_->stream()),
-                 "ncclAllReduce", deadline);
+    comm_->check(
+        ncclAllReduce(scratch_, scratch_, 1, ncclInt32, ncclSum, comm_->get(), comm_->stream()),
+        "ncclAllReduce", deadline);
     comm_->finish(deadline);
   }
 
@@ -236,8 +234,8 @@ class NcclBackend final : public Backend {
                                  const std::string& what) const {
     if (static_cast<int>(counts.size()) != size())
       throwError(StatusCode::kInvalidArgument,
-                 comm_->who() + ": " + what + ": expected " + std::to_string(size()) + " " +
-                     name + " (one per member), got " + std::to_string(counts.size()));
+                 comm_->who() + ": " + what + ": expected " + std::to_string(size()) + " " + name +
+                     " (one per member), got " + std::to_string(counts.size()));
     std::vector<int64_t> offsets(counts.size() + 1, 0);
     for (size_t i = 0; i < counts.size(); ++i) {
       checkCount(counts[i], what);

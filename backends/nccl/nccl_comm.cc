@@ -52,8 +52,8 @@ NcclComm::NcclComm(ControlPlane& control, int device, Deadline deadline)
     auto cuda = [this](cudaError_t result, const char* call) {
       if (result == cudaSuccess) return;
       cudaGetLastError();
-      throwError(StatusCode::kBackend, who() + ": communicator init: " + call + " failed: " +
-                                           cudaGetErrorName(result) + ": " +
+      throwError(StatusCode::kBackend, who() + ": communicator init: " + call +
+                                           " failed: " + cudaGetErrorName(result) + ": " +
                                            cudaGetErrorString(result));
     };
     try {
@@ -76,18 +76,18 @@ NcclComm::NcclComm(ControlPlane& control, int device, Deadline deadline)
     bytes = control.broadcast(bytes, deadline);
     // 3. All members agree that their setup worked, so nobody waits in init for a member
     //    that already gave up.
-    std::vector<uint64_t> ok{local_error.empty() && bytes.size() == sizeof id.internal ? 1u
-                                                                                       : 0u};
+    std::vector<uint64_t> ok{local_error.empty() && bytes.size() == sizeof id.internal ? 1u : 0u};
     control.allreduceAnd(ok, deadline);
     if (!local_error.empty()) throwError(StatusCode::kBackend, local_error);
     if (bytes.size() != sizeof id.internal)
       throwError(StatusCode::kBackend,
                  who() + ": expected a " + std::to_string(sizeof id.internal) +
-                     "-byte ncclUniqueId from group rank 0, got " +
-                     std::to_string(bytes.size()) + " bytes (see rank 0's error)");
+                     "-byte ncclUniqueId from group rank 0, got " + std::to_string(bytes.size()) +
+                     " bytes (see rank 0's error)");
     if (!ok[0])
-      throwError(StatusCode::kBackend, who() + ": another member of the group could not "
-                                               "set up its CUDA device for NCCL (see its error)");
+      throwError(StatusCode::kBackend, who() +
+                                           ": another member of the group could not "
+                                           "set up its CUDA device for NCCL (see its error)");
     std::memcpy(id.internal, bytes.data(), sizeof id.internal);
 
     // 4. Every member inits its rank, non-blocking, and polls until ready or the deadline.
@@ -135,8 +135,8 @@ NcclComm::~NcclComm() {
 }
 
 std::string NcclComm::who() const {
-  return "NCCL rank " + std::to_string(rank_) + " of " + std::to_string(size_) +
-         " (CUDA device " + std::to_string(device_) + ")";
+  return "NCCL rank " + std::to_string(rank_) + " of " + std::to_string(size_) + " (CUDA device " +
+         std::to_string(device_) + ")";
 }
 
 std::unique_lock<std::mutex> NcclComm::begin(const std::string& what) {
@@ -155,8 +155,8 @@ void NcclComm::check(ncclResult_t result, const char* call, Deadline deadline) {
     waitReady(call, deadline);
     return;
   }
-  fail(StatusCode::kBackend, who() + ": " + what_ + ": " + call + " failed: " +
-                                 ncclGetErrorString(result) + lastError());
+  fail(StatusCode::kBackend,
+       who() + ": " + what_ + ": " + call + " failed: " + ncclGetErrorString(result) + lastError());
 }
 
 void NcclComm::checkCuda(cudaError_t result, const char* call) {
@@ -174,8 +174,8 @@ void NcclComm::waitReady(const char* call, Deadline deadline) {
     if (result != ncclSuccess) state = result;
     if (state == ncclSuccess) return;
     if (state != ncclInProgress)
-      fail(StatusCode::kBackend, who() + ": " + what_ + ": " + call + " failed: " +
-                                     ncclGetErrorString(state) + lastError());
+      fail(StatusCode::kBackend, who() + ": " + what_ + ": " + call +
+                                     " failed: " + ncclGetErrorString(state) + lastError());
     pollErrors(call);
     if (Clock::now() >= deadline)
       fail(StatusCode::kTimeout,
@@ -217,8 +217,8 @@ void NcclComm::pollErrors(const char* call) {
   ncclResult_t result = ncclCommGetAsyncError(comm_, &state);
   if (result != ncclSuccess) state = result;
   if (state != ncclSuccess && state != ncclInProgress)
-    fail(StatusCode::kBackend, who() + ": " + what_ + ": asynchronous NCCL error during " +
-                                   call + ": " + ncclGetErrorString(state) + lastError());
+    fail(StatusCode::kBackend, who() + ": " + what_ + ": asynchronous NCCL error during " + call +
+                                   ": " + ncclGetErrorString(state) + lastError());
 }
 
 void NcclComm::abort(const std::string& reason) {

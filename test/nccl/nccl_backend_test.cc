@@ -27,13 +27,13 @@ TEST_CASE("supports() accepts CUDA tensors of the dtypes NCCL carries", "[no-gpu
   const int v = NCCL_VERSION_CODE;
   for (int t = 0; t < kNumDataTypes; ++t)
     for (int o = 0; o < kNumOpTypes; ++o)
-      CHECK_FALSE(ncclSupports(static_cast<OpType>(o), static_cast<DataType>(t),
-                               DeviceType::kCpu, v));
-  for (DataType dtype : {DataType::kUInt8, DataType::kInt8, DataType::kInt32, DataType::kInt64,
-                         DataType::kFloat16, DataType::kBFloat16, DataType::kFloat32,
-                         DataType::kFloat64, DataType::kBool})
-    for (OpType op : {OpType::kAllreduce, OpType::kAllgather, OpType::kBroadcast,
-                      OpType::kAlltoall, OpType::kReducescatter, OpType::kBarrier}) {
+      CHECK_FALSE(
+          ncclSupports(static_cast<OpType>(o), static_cast<DataType>(t), DeviceType::kCpu, v));
+  for (DataType dtype :
+       {DataType::kUInt8, DataType::kInt8, DataType::kInt32, DataType::kInt64, DataType::kFloat16,
+        DataType::kBFloat16, DataType::kFloat32, DataType::kFloat64, DataType::kBool})
+    for (OpType op : {OpType::kAllreduce, OpType::kAllgather, OpType::kBroadcast, OpType::kAlltoall,
+                      OpType::kReducescatter, OpType::kBarrier}) {
       INFO(dataTypeName(dtype) << " " << opTypeName(op));
       CHECK(ncclSupports(op, dtype, DeviceType::kCuda, v));
     }

@@ -35,8 +35,8 @@ class MpiControlPlane : public ControlPlane {
     std::vector<int> offsets(size_, 0);
     for (int r = 1; r < size_; ++r) offsets[r] = offsets[r - 1] + lengths[r - 1];
     std::string all(rank_ == 0 ? offsets.back() + lengths.back() : 0, '\0');
-    MPI_Igatherv(bytes.data(), length, MPI_CHAR, &all[0], lengths.data(), offsets.data(),
-                 MPI_CHAR, 0, MPI_COMM_WORLD, &request);
+    MPI_Igatherv(bytes.data(), length, MPI_CHAR, &all[0], lengths.data(), offsets.data(), MPI_CHAR,
+                 0, MPI_COMM_WORLD, &request);
     wait(request, deadline, "gather bytes");
     std::vector<std::string> out;
     if (rank_ == 0)
@@ -57,8 +57,8 @@ class MpiControlPlane : public ControlPlane {
 
   void allreduceAnd(std::vector<uint64_t>& bits, Deadline deadline) override {
     MPI_Request request;
-    MPI_Iallreduce(MPI_IN_PLACE, bits.data(), static_cast<int>(bits.size()), MPI_UINT64_T,
-                   MPI_BAND, MPI_COMM_WORLD, &request);
+    MPI_Iallreduce(MPI_IN_PLACE, bits.data(), static_cast<int>(bits.size()), MPI_UINT64_T, MPI_BAND,
+                   MPI_COMM_WORLD, &request);
     wait(request, deadline, "allreduce-and");
   }
 
@@ -79,8 +79,16 @@ class MpiControlPlane : public ControlPlane {
     }
   }
 
-  int rank_ = [] { int r = 0; MPI_Comm_rank(MPI_COMM_WORLD, &r); return r; }();
-  int size_ = [] { int s = 1; MPI_Comm_size(MPI_COMM_WORLD, &s); return s; }();
+  int rank_ = [] {
+    int r = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &r);
+    return r;
+  }();
+  int size_ = [] {
+    int s = 1;
+    MPI_Comm_size(MPI_COMM_WORLD, &s);
+    return s;
+  }();
 };
 
 MpiControlPlane* g_control = nullptr;
@@ -164,13 +172,14 @@ int main(int argc, char** argv) {
   } else if (fewest_devices == 0) {
     // Some rank has no GPU: the factory must decline on every rank, together.
     bool declined = tutti::makeNcclBackend(control, tutti::g_config) == nullptr;
-    if (!declined) std::fprintf(stderr, "rank %d: makeNcclBackend did not decline\n", control.rank());
+    if (!declined)
+      std::fprintf(stderr, "rank %d: makeNcclBackend did not decline\n", control.rank());
     std::printf("rank %d: skipped: no CUDA device on some rank (%d here)\n", control.rank(),
                 devices);
     rc = declined ? tutti::test::kSkipReturnCode : 1;
   } else {
-    std::printf("rank %d: skipped: %d ranks share %d CUDA devices on this node\n",
-                control.rank(), tutti::g_config.topology.local_size, devices);
+    std::printf("rank %d: skipped: %d ranks share %d CUDA devices on this node\n", control.rank(),
+                tutti::g_config.topology.local_size, devices);
     rc = tutti::test::kSkipReturnCode;
   }
   MPI_Finalize();

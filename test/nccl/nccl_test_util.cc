@@ -13,8 +13,7 @@ namespace test {
 namespace {
 
 const std::vector<int64_t> kCounts = {0, 1, 7, 1023, 1025};
-const ReduceOp kReduceOps[] = {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax,
-                               ReduceOp::kProduct};
+const ReduceOp kReduceOps[] = {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct};
 
 bool isSigned(DataType dtype) {
   return dtype != DataType::kUInt8 && dtype != DataType::kUInt16 && dtype != DataType::kBool;
@@ -119,8 +118,7 @@ int cudaDeviceCountOrZero() {
 DeviceBuffer::DeviceBuffer(size_t bytes) {
   cudaError_t result = cudaMalloc(&ptr_, bytes < 16 ? 16 : bytes);
   if (result != cudaSuccess)
-    throwError(StatusCode::kInternal, std::string("test cudaMalloc of ") +
-                                          std::to_string(bytes) +
+    throwError(StatusCode::kInternal, std::string("test cudaMalloc of ") + std::to_string(bytes) +
                                           " bytes failed: " + cudaGetErrorString(result));
   cudaMemset(ptr_, 0xA5, bytes < 16 ? 16 : bytes);  // garbage the op must overwrite
 }
@@ -181,11 +179,13 @@ void checkAllgather(Backend& backend, Deadline deadline) {
                      << (equal ? " equal" : " unequal"));
         std::vector<uint8_t> expected;
         for (int r = 0; r < size; ++r) {
-          auto block = makeHost(counts[r], dtype, [&](int64_t i) { return moveValue(r, i, dtype); });
+          auto block =
+              makeHost(counts[r], dtype, [&](int64_t i) { return moveValue(r, i, dtype); });
           expected.insert(expected.end(), block.begin(), block.end());
         }
         DeviceBuffer in(counts[rank] * dataTypeBytes(dtype)), out(expected.size());
-        in.upload(makeHost(counts[rank], dtype, [&](int64_t i) { return moveValue(rank, i, dtype); }));
+        in.upload(
+            makeHost(counts[rank], dtype, [&](int64_t i) { return moveValue(rank, i, dtype); }));
         backend.allgatherv(in.get(), out.get(), counts, dtype, deadline);
         CHECK(out.download(expected.size()) == expected);
       }
@@ -195,9 +195,10 @@ void checkBroadcast(Backend& backend, Deadline deadline) {
   for (DataType dtype : movementTypes(backend))
     for (int64_t count : kCounts)
       for (int root = 0; root < backend.size(); ++root) {
-        INFO("rank " << backend.rank() << " broadcast " << dataTypeName(dtype) << " count "
-                     << count << " root " << root);
-        auto expected = makeHost(count, dtype, [&](int64_t i) { return moveValue(root, i, dtype); });
+        INFO("rank " << backend.rank() << " broadcast " << dataTypeName(dtype) << " count " << count
+                     << " root " << root);
+        auto expected =
+            makeHost(count, dtype, [&](int64_t i) { return moveValue(root, i, dtype); });
         DeviceBuffer buf(expected.size());
         if (backend.rank() == root) buf.upload(expected);
         backend.broadcast(buf.get(), count, dtype, root, deadline);
@@ -273,19 +274,27 @@ void checkArgumentErrors(Backend& backend, Deadline deadline) {
   };
   DeviceBuffer buf(64);
   std::vector<int64_t> wrong(backend.size() + 1, 1);
-  CHECK(codeOf([&] { backend.allgatherv(buf.get(), buf.get(), wrong, DataType::kFloat32, deadline); }) ==
-        StatusCode::kInvalidArgument);
-  CHECK(codeOf([&] { backend.allreduce(buf.get(), buf.get(), -1, DataType::kFloat32, ReduceOp::kSum, deadline); }) ==
-        StatusCode::kInvalidArgument);
-  CHECK(codeOf([&] { backend.allreduce(buf.get(), buf.get(), 4, DataType::kFloat32, ReduceOp::kAverage, deadline); }) ==
-        StatusCode::kInvalidArgument);
-  CHECK(codeOf([&] { backend.allreduce(buf.get(), buf.get(), 4, DataType::kInt16, ReduceOp::kSum, deadline); }) ==
-        StatusCode::kUnsupported);
+  CHECK(codeOf([&] {
+          backend.allgatherv(buf.get(), buf.get(), wrong, DataType::kFloat32, deadline);
+        }) == StatusCode::kInvalidArgument);
+  CHECK(codeOf([&] {
+          backend.allreduce(buf.get(), buf.get(), -1, DataType::kFloat32, ReduceOp::kSum, deadline);
+        }) == StatusCode::kInvalidArgument);
+  CHECK(codeOf([&] {
+          backend.allreduce(buf.get(), buf.get(), 4, DataType::kFloat32, ReduceOp::kAverage,
+                            deadline);
+        }) == StatusCode::kInvalidArgument);
+  CHECK(codeOf([&] {
+          backend.allreduce(buf.get(), buf.get(), 4, DataType::kInt16, ReduceOp::kSum, deadline);
+        }) == StatusCode::kUnsupported);
   std::vector<float> host(4, 1.0f);
-  CHECK(codeOf([&] { backend.allreduce(host.data(), host.data(), 4, DataType::kFloat32, ReduceOp::kSum, deadline); }) ==
-        StatusCode::kInvalidArgument);
-  CHECK(codeOf([&] { backend.broadcast(buf.get(), 4, DataType::kFloat32, backend.size(), deadline); }) ==
-        StatusCode::kInvalidArgument);
+  CHECK(codeOf([&] {
+          backend.allreduce(host.data(), host.data(), 4, DataType::kFloat32, ReduceOp::kSum,
+                            deadline);
+        }) == StatusCode::kInvalidArgument);
+  CHECK(codeOf([&] {
+          backend.broadcast(buf.get(), 4, DataType::kFloat32, backend.size(), deadline);
+        }) == StatusCode::kInvalidArgument);
   // None of these poisoned the communicator.
   CHECK(codeOf([&] { backend.barrier(deadline); }) == StatusCode::kOk);
 }
