@@ -118,7 +118,10 @@ NcclComm::~NcclComm() {
       }
       std::this_thread::sleep_for(std::chrono::microseconds(100));
     }
-    if (clean && ncclCommFinalize(comm_) != ncclSuccess) clean = false;
+    if (clean) {  // non-blocking: ncclInProgress, then polled below
+      ncclResult_t finalize = ncclCommFinalize(comm_);
+      clean = finalize == ncclSuccess || finalize == ncclInProgress;
+    }
     ncclResult_t state = ncclInProgress;
     while (clean && ncclCommGetAsyncError(comm_, &state) == ncclSuccess &&
            state == ncclInProgress) {
