@@ -119,12 +119,13 @@ class MpiBackend : public Backend, private MpiMember {
     if (total > limit) {
       if (counts[rank_] > 0 && in != at(out, mine, esz))
         std::memmove(at(out, mine, esz), in, counts[rank_] * esz);
-      for (int r = 0, offset = 0; r < size_; offset += counts[r], ++r)
+      int64_t offset = 0;
+      for (int r = 0; r < size_; offset += counts[r], ++r)
         broadcastChunks(at(out, offset, esz), counts[r], dtype, r, deadline, start, what);
       return;
     }
-    for (int r = 0, offset = 0; r < size_; offset += counts[r], ++r) {
-      recv_counts_[r] = static_cast<int>(counts[r]);
+    for (int r = 0, offset = 0; r < size_; offset += recv_counts_[r], ++r) {
+      recv_counts_[r] = static_cast<int>(counts[r]);  // total <= limit <= INT_MAX
       recv_displs_[r] = offset;
     }
     const void* src = in == at(out, mine, esz) ? MPI_IN_PLACE : orEmpty(in);
@@ -158,7 +159,6 @@ class MpiBackend : public Backend, private MpiMember {
     const int64_t esz = dataTypeBytes(dtype), limit = info_.shared->maxMessageElements();
     int64_t send_total = 0, recv_total = 0;
     for (int r = 0; r < size_; ++r) {
-      if (send_counts[r] < 0 || recv_counts[r] < 0) count(-1, what);
       send_total += send_counts[r];
       recv_total += recv_counts[r];
     }
@@ -209,7 +209,6 @@ class MpiBackend : public Backend, private MpiMember {
     const int64_t esz = dataTypeBytes(dtype), limit = info_.shared->maxMessageElements();
     int64_t total = 0;
     for (int r = 0; r < size_; ++r) {
-      if (counts[r] < 0) count(counts[r], what);
       total += counts[r];
     }
     if (total > limit) return reduceBlocks(in, out, counts, dtype, op, deadline, start, what);
@@ -249,6 +248,10 @@ class MpiBackend : public Backend, private MpiMember {
       throwError(StatusCode::kInvalidArgument,
                  what + ": expected one count per member (" + std::to_string(size_) +
                      "), got " + std::to_string(counts.size()));
+    for (int64_t c : counts)
+      if (c < 0)
+        throwError(StatusCode::kInvalidArgument,
+                   what + ": counts must be >= 0, got " + std::to_string(c));
   }
   void growStaging(int64_t bytes) {
     if (static_cast<int64_t>(staging_.size()) < bytes) staging_.resize(bytes);
