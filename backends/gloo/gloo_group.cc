@@ -92,6 +92,21 @@ void GlooGroup::exchange(const std::string& what, const void* send_buf, size_t s
     if (send_size > 0)
       out = context_->createUnboundBuffer(const_cast<void*>(send_buf), send_size);
     if (recv_size > 0) in = context_->createUnboundBuffer(recv_buf, recv_size);
+    // 1. Make the buffers visible to abort() (unless it already ran).
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (poison_code_ != StatusCode::kOk) throwError(poison_code_, poison_message_);
+      if (out) live_.push_back(out.get());
+      if (in) live_.push_back(in.get());
+    }
+    struct Unregister {
+      GlooGroup* group;
+      ~Unregister() {
+        std::lock_guard<std::mutex> lock(group->mutex_);
+        group->live_.clear();
+      }
+    } unregister{this};
+    // 2. Post every receive and send (empty ones skipped: both sides know the sizes).
     std::multiset<int> pending_sends, pending_recvs;
     for (const auto& t : recvs) {
       if (t.bytes == 0) continue;
@@ -108,20 +123,25 @@ void GlooGroup::exchange(const std::string& what, const void* send_buf, size_t s
       for (int peer : std::set<int>(peers.begin(), peers.end())) world.push_back(ranks_[peer]);
       return joinInts(world);
     };
+    // 3. Wait for each, naming the peers still awaited if the deadline passes.
     auto wait = [&](gloo::transport::UnboundBuffer* buf, std::multiset<int>& pending,
                     bool is_recv) {
       while (!pending.empty()) {
         int peer = -1;
+        bool done = false;
         try {
-          bool ok = is_recv ? buf->waitRecv(&peer, timeoutFor(deadline))
-                            : buf->waitSend(&peer, timeoutFor(deadline));
-          if (!ok) throwError(StatusCode::kAborted, "wait aborted");
+          done = is_recv ? buf->waitRecv(&peer, timeoutFor(deadline))
+                         : buf->waitSend(&peer, timeoutFor(deadline));
         } catch (const gloo::Exception& e) {
           const bool timeout = isTimeout(e.what());
           fail(timeout ? StatusCode::kTimeout : StatusCode::kBackend,
                label(what) + (timeout ? " timed out " : " failed ") +
                    (is_recv ? "receiving from" : "sending to") + " world rank(s) " +
                    waiting(pending) + ": " + e.what());
+        }
+        if (!done) {  // abort() woke us
+          std::lock_guard<std::mutex> lock(mutex_);
+          throwError(StatusCode::kAborted, label(what) + " interrupted: " + poison_message_);
         }
         auto it = pending.find(peer);
         pending.erase(it != pending.end() ? it : pending.begin());
@@ -138,6 +158,10 @@ void GlooGroup::abort(const std::string& reason) {
     if (poison_code_ != StatusCode::kOk) return;
     poison_code_ = StatusCode::kAborted;
     poison_message_ = label("abort") + ": " + reason;
+    for (auto* buf : live_) {
+      buf->abortWaitRecv();
+      buf->abortWaitSend();
+    }
   }
   try {
     context_->closeConnections();
