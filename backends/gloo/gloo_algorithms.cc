@@ -23,11 +23,12 @@ void ringAllreduce(GlooGroup& group, void* data, int64_t count, size_t element,
   if (count == 0 || n == 1) return;
   const int right = (r + 1) % n, left = mod(r - 1, n);
   std::vector<size_t> offset(n), bytes(n);
-  for (int c = 0, at = 0; c < n; ++c) {
+  int64_t at = 0;
+  for (int c = 0; c < n; ++c) {
     const int64_t len = count / n + (c < count % n ? 1 : 0);
     offset[c] = static_cast<size_t>(at) * element;
     bytes[c] = static_cast<size_t>(len) * element;
-    at += static_cast<int>(len);
+    at += len;
   }
   if (scratch.size() < bytes[0]) scratch.resize(bytes[0]);
   const size_t total = static_cast<size_t>(count) * element;

@@ -258,6 +258,67 @@ class OutputTest(unittest.TestCase):
                                                         for i in (0, 10)])
 
 
+FAKE_SSH_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fake_ssh")
+
+
+class RemoteTest(unittest.TestCase):
+    """Remote hosts through fake_ssh/ssh, which runs the remote command here with a clean
+    environment in its own session, as sshd would."""
+
+    def setUp(self):
+        self.log = tempfile.NamedTemporaryFile(delete=False)
+        self.log.close()
+        self.env = dict(os.environ, PATH=FAKE_SSH_DIR + os.pathsep + os.environ["PATH"],
+                        FAKE_SSH_LOG=self.log.name, X_NOT_PASSED="1", X_PASSED="yes")
+        self.hosts = ["-H", "fakehost-a:2,fakehost-b:1", "--network-interface", "lo"]
+
+    def tearDown(self):
+        os.unlink(self.log.name)
+
+    def test_remote_environment_and_secret_via_stdin(self):
+        r = run(self.hosts + ["-np", "3", "-x", "X_PASSED", "--ssh-port", "2222", PYTHON,
+                              WORKER, "env"], env=self.env)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        seen = {k: json.loads(v[0]) for k, v in lines_by_rank(r.stdout).items()}
+        self.assertEqual(sorted(seen), [0, 1, 2])
+        secret = seen[0]["TUTTI_SECRET"]
+        self.assertRegex(secret, r"^[0-9a-f]{64}$")
+        for rank, e in seen.items():
+            self.assertEqual(e["TUTTI_RANK"], str(rank))
+            self.assertEqual(e["TUTTI_SECRET"], secret)
+            self.assertEqual(e["TUTTI_RENDEZVOUS_ADDR"], "127.0.0.1")
+            self.assertEqual(e["TUTTI_GLOO_IFACE"], "lo")
+            self.assertEqual(e["X_PASSED"], "yes")
+            self.assertNotIn("X_NOT_PASSED", e)  # the remote side starts clean
+            self.assertFalse(e["secret_on_cmdline"])
+        self.assertEqual([e["TUTTI_LOCAL_RANK"] for _, e in sorted(seen.items())],
+                         ["0", "1", "0"])
+        with open(self.log.name) as f:
+            ssh_lines = f.read().splitlines()
+        self.assertEqual(len(ssh_lines), 3)
+        for line in ssh_lines:
+            self.assertNotIn(secret, line)
+            self.assertIn("-p 2222", line)
+            self.assertIn("TUTTI_RANK=", line)
+
+    def test_remote_failure_and_teardown(self):
+        r = run(self.hosts + ["-np", "3", PYTHON, WORKER, "fail", "2", "4"], env=self.env)
+        self.assertEqual(r.returncode, 4)
+        self.assertRegex(r.stderr, r"rank 2 \(pid \d+ on fakehost-b\) exited with code 4")
+        TeardownTest.assert_all_dead(self, pids_in(r.stdout))
+
+    def test_ctrl_c_stops_remote_workers(self):
+        proc = subprocess.Popen([PYTHON, TUTTIRUN] + self.hosts + ["-np", "3", PYTHON,
+                                                                   WORKER, "sleep"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env=self.env)
+        pids = TeardownTest.wait_for_pids(self, proc, 3)
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=30)
+        self.assertEqual(proc.returncode, 128 + signal.SIGINT)
+        TeardownTest.assert_all_dead(self, pids)
+
+
 class MpiAndBuildTest(unittest.TestCase):
     def test_mpirun_command(self):
         r = run(["--mpi", "--dry-run", "-np", "4", "-H", "a:2,b:2", "-x", "X_A=1",
