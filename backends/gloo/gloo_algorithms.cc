@@ -1,5 +1,6 @@
 #include "backends/gloo/gloo_algorithms.h"
 
+#include <algorithm>
 #include <numeric>
 
 namespace tutti {
@@ -11,6 +12,9 @@ constexpr uint32_t kAllgatherTag = 11;
 constexpr uint32_t kAllgathervTag = 12;
 constexpr uint32_t kBroadcastTag = 13;
 constexpr uint32_t kBarrierTag = 14;
+// Reduce-scatter moves a chunk as segments of at most this size, reducing each one while
+// the next ones are still arriving.
+constexpr size_t kSegmentBytes = 256 << 10;
 
 int mod(int a, int n) { return ((a % n) + n) % n; }
 
@@ -33,12 +37,23 @@ void ringAllreduce(GlooGroup& group, void* data, int64_t count, size_t element,
   if (scratch.size() < bytes[0]) scratch.resize(bytes[0]);
   const size_t total = static_cast<size_t>(count) * element;
   char* base = static_cast<char*>(data);
+  const size_t segment = std::max(element, kSegmentBytes / element * element);
+  std::vector<GlooGroup::Transfer> sends, recvs;
+  auto split = [&](int peer, size_t at, size_t len, std::vector<GlooGroup::Transfer>& out) {
+    out.clear();
+    for (size_t done = 0; done < len; done += segment)
+      out.push_back({peer, at + done, std::min(segment, len - done)});
+  };
   for (int s = 0; s < n - 1; ++s) {
     const int send = mod(r - s, n), recv = mod(r - s - 1, n);
+    split(right, offset[send], bytes[send], sends);
+    split(left, 0, bytes[recv], recvs);
     group.exchange(what + " (reduce-scatter step " + std::to_string(s) + ")", data, total,
-                   {{right, offset[send], bytes[send]}}, scratch.data(), bytes[recv],
-                   {{left, 0, bytes[recv]}}, kReduceScatterTag, deadline);
-    if (bytes[recv] > 0) reduce(base + offset[recv], scratch.data(), bytes[recv] / element);
+                   sends, scratch.data(), bytes[recv], recvs, kReduceScatterTag, deadline,
+                   [&](size_t i) {
+                     reduce(base + offset[recv] + recvs[i].offset, scratch.data() +
+                            recvs[i].offset, recvs[i].bytes / element);
+                   });
   }
   for (int s = 0; s < n - 1; ++s) {
     const int send = mod(r + 1 - s, n), recv = mod(r - s, n);

@@ -5,6 +5,8 @@
 #include <gloo/transport/unbound_buffer.h>
 #include <gloo/types.h>
 
+#include <deque>
+#include <map>
 #include <set>
 
 namespace tutti {
@@ -85,7 +87,8 @@ void GlooGroup::run(const std::string& what, Deadline deadline,
 
 void GlooGroup::exchange(const std::string& what, const void* send_buf, size_t send_size,
                          const std::vector<Transfer>& sends, void* recv_buf, size_t recv_size,
-                         const std::vector<Transfer>& recvs, uint32_t tag, Deadline deadline) {
+                         const std::vector<Transfer>& recvs, uint32_t tag, Deadline deadline,
+                         const std::function<void(size_t)>& on_recv) {
   run(what, deadline, [&](std::chrono::milliseconds) {
     const uint64_t slot = gloo::Slot::build(kExchangeSlotPrefix, tag);
     std::unique_ptr<gloo::transport::UnboundBuffer> out, in;
@@ -108,10 +111,13 @@ void GlooGroup::exchange(const std::string& what, const void* send_buf, size_t s
     } unregister{this};
     // 2. Post every receive and send (empty ones skipped: both sides know the sizes).
     std::multiset<int> pending_sends, pending_recvs;
-    for (const auto& t : recvs) {
+    std::map<int, std::deque<size_t>> recv_order;  // per peer: indices into recvs, as posted
+    for (size_t i = 0; i < recvs.size(); ++i) {
+      const auto& t = recvs[i];
       if (t.bytes == 0) continue;
       in->recv(t.peer, slot, t.offset, t.bytes);
       pending_recvs.insert(t.peer);
+      if (on_recv) recv_order[t.peer].push_back(i);
     }
     for (const auto& t : sends) {
       if (t.bytes == 0) continue;
@@ -144,7 +150,15 @@ void GlooGroup::exchange(const std::string& what, const void* send_buf, size_t s
           throwError(StatusCode::kAborted, label(what) + " interrupted: " + poison_message_);
         }
         auto it = pending.find(peer);
-        pending.erase(it != pending.end() ? it : pending.begin());
+        if (it == pending.end()) it = pending.begin();
+        const int done_peer = *it;
+        pending.erase(it);
+        if (is_recv && on_recv) {
+          auto& order = recv_order[done_peer];
+          const size_t index = order.front();
+          order.pop_front();
+          on_recv(index);
+        }
       }
     };
     wait(in.get(), pending_recvs, true);

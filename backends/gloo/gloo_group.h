@@ -41,7 +41,9 @@ class GlooGroup {
            const std::function<void(std::chrono::milliseconds)>& fn);
 
   // Point-to-point: one message per Transfer (empty ones skipped), all posted at once, then
-  // waited for. `tag` separates consecutive exchanges of one op.
+  // waited for; receives first, and on_recv(i) runs as soon as recvs[i] has arrived
+  // (messages from one peer arrive in the order posted). `tag` separates consecutive
+  // exchanges of one op.
   struct Transfer {
     int peer;  // group rank
     size_t offset;
@@ -49,7 +51,8 @@ class GlooGroup {
   };
   void exchange(const std::string& what, const void* send_buf, size_t send_size,
                 const std::vector<Transfer>& sends, void* recv_buf, size_t recv_size,
-                const std::vector<Transfer>& recvs, uint32_t tag, Deadline deadline);
+                const std::vector<Transfer>& recvs, uint32_t tag, Deadline deadline,
+                const std::function<void(size_t)>& on_recv = nullptr);
 
   // Poisons the group, wakes a transfer blocked in exchange() (it throws kAborted) and
   // closes the connections so that peers fail fast.
