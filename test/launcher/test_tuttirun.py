@@ -86,6 +86,18 @@ class EnvironmentTest(unittest.TestCase):
         self.assertEqual(got, [("0", "2", "0", "2"), ("1", "2", "0", "2"),
                                ("0", "2", "1", "2"), ("1", "2", "1", "2")])
 
+    def test_hostfile_end_to_end(self):
+        with tempfile.NamedTemporaryFile("w", suffix=".hosts", delete=False) as f:
+            f.write("# two local names\nlocalhost slots=1\n127.0.0.1 slots=2\n")
+        try:
+            r = run(["-np", "3", "--hostfile", f.name, PYTHON, WORKER, "env"])
+        finally:
+            os.unlink(f.name)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        seen = {k: json.loads(v[0]) for k, v in lines_by_rank(r.stdout).items()}
+        self.assertEqual([(seen[k]["TUTTI_LOCAL_RANK"], seen[k]["TUTTI_LOCAL_SIZE"])
+                          for k in range(3)], [("0", "1"), ("0", "2"), ("1", "2")])
+
     def test_too_few_slots_and_bad_arguments(self):
         r = run(["-np", "5", "-H", "localhost:2,127.0.0.1:2", "true"])
         self.assertEqual(r.returncode, 2)
@@ -154,12 +166,19 @@ class HostParsingTest(unittest.TestCase):
         self.assertIn("'X=a b'", script)
         self.assertIn("'0.1 x'", script)
         self.assertIn("cd '/work dir'", script)
-        # The script itself works: run it with sh locally, secret on stdin.
-        r = subprocess.run(["sh", "-c", script.replace("cd '/work dir'", "cd /").replace(
+        # The script itself works: run it with sh locally, secret on stdin, which stays open
+        # while the worker runs (closing it is how tuttirun stops a remote worker).
+        proc = subprocess.Popen(["sh", "-c", script.replace("cd '/work dir'", "cd /").replace(
             shlex.quote(PYTHON) + " train.py --lr '0.1 x'",
-            "sh -c 'echo $TUTTI_SECRET $TUTTI_RANK'")], input=stdin, capture_output=True,
-            timeout=30)
-        self.assertEqual(r.stdout.decode().split(), [secret, "3"])
+            "sh -c 'echo $TUTTI_SECRET $TUTTI_RANK'")], stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE)
+        proc.stdin.write(stdin)
+        proc.stdin.flush()
+        out = proc.stdout.read()
+        proc.stdin.close()
+        proc.stdout.close()
+        self.assertEqual(proc.wait(timeout=30), 0)
+        self.assertEqual(out.decode().split(), [secret, "3"])
 
 
 class TeardownTest(unittest.TestCase):
