@@ -4,12 +4,13 @@
 # a world of one. Fails on any build error, a trainer linked to the build tree instead of the
 # install, a non-zero exit, or replicas that do not hold identical weights.
 #
-# usage: example_cpp_test.sh <tutti build dir> <tutti source dir> <mpiexec>
+# usage: example_cpp_test.sh <tutti build dir> <tutti source dir> [<mpiexec>]
+# Without mpiexec (a build without the MPI backend) the two-rank run is left out.
 set -euo pipefail
 
 build=$1
 src=$2
-mpiexec=$3
+mpiexec=${3:-}
 work=$(mktemp -d "${TMPDIR:-/tmp}/tutti-example.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 
@@ -63,11 +64,15 @@ check_run() {  # <log> <expected ranks>
   grep -q "ranks $2 .*weights identical on all ranks: yes" "$1" ||
     { cat "$1"; fail "trainer output lacks 'ranks $2 ... identical ... yes'"; }
 }
-step "mpirun -np 2 trainer"
-"$mpiexec" -np 2 --oversubscribe --bind-to none --mca btl self,vader "$trainer" --steps 200 \
-  > "$work/run2.log" 2>&1 || { cat "$work/run2.log"; fail "mpirun -np 2 trainer"; }
-cat "$work/run2.log"
-check_run "$work/run2.log" 2
+if [ -n "$mpiexec" ]; then
+  step "mpirun -np 2 trainer"
+  "$mpiexec" -np 2 --oversubscribe --bind-to none --mca btl self,vader "$trainer" --steps 200 \
+    > "$work/run2.log" 2>&1 || { cat "$work/run2.log"; fail "mpirun -np 2 trainer"; }
+  cat "$work/run2.log"
+  check_run "$work/run2.log" 2
+else
+  step "no MPI backend in this build: two-rank run left out"
+fi
 
 step "trainer (pkg-config build) as a world of one"
 env -u OMPI_COMM_WORLD_RANK -u OMPI_COMM_WORLD_SIZE "$work/trainer_pc" --steps 100 \
