@@ -1,0 +1,42 @@
+# Runs tutti-bench under mpirun and fails unless it exits 0, prints its table with rows and
+# no wrong elements, and writes a JSON document with the rows.
+# -DMPIEXEC -DNP -DBENCH -DWORKLOAD -DFLAGS -DJSON
+separate_arguments(flag_list UNIX_COMMAND "${FLAGS}")
+file(REMOVE "${JSON}")
+execute_process(
+  COMMAND ${MPIEXEC} -np ${NP} --oversubscribe --bind-to none --mca btl self,vader
+          ${BENCH} ${WORKLOAD} ${flag_list} --json ${JSON}
+  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 240)
+message("${out}")
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "tutti-bench ${WORKLOAD} exited with '${rc}':\n${err}")
+endif()
+if(WORKLOAD STREQUAL "fusion")
+  set(header "# +tensors +bytes/tensor +tutti\\(us\\)")
+  set(rowpat "\n +[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +0\n")
+elseif(WORKLOAD STREQUAL "latency")
+  set(header "# +size\\(B\\) +median\\(us\\) +p99\\(us\\) +max\\(us\\)")
+  set(rowpat "\n +4 +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +0\n")
+else()
+  set(header "#[ ]+size[ ]+count[ ]+type[ ]+redop[ ]+root[ ]+time[ ]+algbw[ ]+busbw[ ]+#wrong")
+  set(rowpat "\n +[0-9]+ +[0-9]+ +[a-z0-9]+ +[a-z]+ +-?[0-9]+ +[0-9N]")
+  if(NOT out MATCHES "# Avg bus bandwidth +: [0-9.e+-]+")
+    message(FATAL_ERROR "no '# Avg bus bandwidth' line")
+  endif()
+endif()
+foreach(pattern "${header}" "${rowpat}" "# Out of bounds values : 0 OK")
+  if(NOT out MATCHES "${pattern}")
+    message(FATAL_ERROR "output of tutti-bench ${WORKLOAD} lacks '${pattern}'")
+  endif()
+endforeach()
+if(NOT EXISTS "${JSON}")
+  message(FATAL_ERROR "no JSON document at ${JSON}")
+endif()
+file(READ "${JSON}" js)
+foreach(key "\"tool\": \"tutti-bench\"" "\"ranks\": 2" "\"workload\": \"${WORKLOAD}\""
+            "\"baseline\": \"mpi\"" "\"wrong\": 0")
+  string(FIND "${js}" "${key}" at)
+  if(at LESS 0)
+    message(FATAL_ERROR "JSON document lacks ${key}")
+  endif()
+endforeach()
