@@ -3,6 +3,8 @@
 // same buffers. Blocking calls on the calling (main) thread; not thread-safe.
 #pragma once
 
+#include "bench/options.h"
+
 #include <tutti/tutti.hpp>
 
 #include <cstdint>
@@ -18,9 +20,10 @@ class Baseline {
   virtual const char* name() const = 0;  // "mpi", "gloo"
   virtual int rank() const = 0;
   virtual int size() const = 0;
-  // Whether the library has the op for this dtype (e.g. MPI lacks 16-bit floats natively:
-  // this baseline gives them a user op, as Tutti's MPI backend must).
-  virtual bool supports(DataType dtype, ReduceOp op) const = 0;
+  // Whether the library has the collective for this dtype and op (MPI lacks 16-bit floats
+  // natively: this baseline gives them a user op, as Tutti's MPI backend must). fusion and
+  // latency use kAllreduce.
+  virtual bool supports(Workload workload, DataType dtype, ReduceOp op) const = 0;
 
   // in == out: in place. kAverage is a sum followed by a 1/size scale, as in Tutti.
   virtual void allreduce(const void* in, void* out, int64_t count, DataType dtype,
@@ -44,8 +47,9 @@ void finalizeLaunchMpi();
 // MPI_Abort(MPI_COMM_WORLD, code) when MPI is up (a fatal error on one rank); else nothing.
 void abortLaunchMpi(int code);
 
-// The bare baseline for Tutti's CPU backend `backend` ("mpi", "gloo"), or null with
-// `why` explaining what is missing.
+// The bare baseline for `backend` ("mpi", "gloo"), or null with `why` explaining what is
+// missing. Collective over all ranks (the gloo one connects its pairs through Tutti's
+// allgather): call after tutti::init on every rank.
 std::unique_ptr<Baseline> makeBaseline(const std::string& backend, std::string* why);
 
 }  // namespace bench

@@ -33,7 +33,10 @@ int runBench(const Options& options) {
   const std::string backend = tutti::cpuBackend();
   std::unique_ptr<Baseline> baseline;
   std::string why;
-  if (options.baseline) baseline = makeBaseline(backend, &why);
+  if (options.baseline) {
+    baseline = makeBaseline(
+        options.baseline_backend.empty() ? backend : options.baseline_backend, &why);
+  }
   const int rank = tutti::rank();
 
   Metadata meta;

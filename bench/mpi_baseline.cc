@@ -70,7 +70,7 @@ class MpiBaseline : public Baseline {
   const char* name() const override { return "mpi"; }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
-  bool supports(DataType dtype, ReduceOp op) const override {
+  bool supports(Workload, DataType dtype, ReduceOp op) const override {
     return !(dtype == DataType::kBool && op == ReduceOp::kAverage);
   }
 

@@ -166,6 +166,8 @@ std::string usage() {
          "                        3 max (nccl-tests' meaning), default 1\n"
          "  --baseline            time the bare backend on the same buffers and print the\n"
          "                        ratio tutti/baseline beside each row\n"
+         "  --baseline-backend mpi|gloo   the bare library to compare with (implies\n"
+         "                        --baseline), default: the one Tutti's CPU backend uses\n"
          "  --json FILE           also write the rows and metadata as JSON\n"
          "  --tensors T --tensor-bytes S   fusion: T tensors of S bytes per step\n"
          "                        (default: 256 x 4K and 64 x 256K)\n";
@@ -224,6 +226,10 @@ Options parseOptions(int argc, const char* const* argv) {
       o.root = static_cast<int>(parseInt(v, arg, 0, 1 << 30));
     } else if (arg == "-a" || arg == "--average") {
       o.combine = static_cast<TimeCombine>(parseInt(v, arg, 0, 3));
+    } else if (arg == "--baseline-backend") {
+      if (v != "mpi" && v != "gloo") bad(arg, v, "mpi or gloo");
+      o.baseline_backend = v;
+      o.baseline = true;
     } else if (arg == "--json") {
       o.json_path = v;
     } else if (arg == "--tensors") {

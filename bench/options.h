@@ -38,6 +38,7 @@ struct Options {
   int root = 0;                         // -r
   TimeCombine combine = TimeCombine::kAverage;  // -a
   bool baseline = false;                        // --baseline
+  std::string baseline_backend;  // --baseline-backend mpi|gloo; empty = Tutti's CPU backend
   std::string json_path;                        // --json
   // fusion: --tensors/--tensor-bytes replace the two default configurations.
   std::vector<std::pair<int, int64_t>> fusion_configs;

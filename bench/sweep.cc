@@ -200,7 +200,7 @@ class Sweep {
   void measure(bool in_place, ModeResult* m) {
     if (!m->present) return;
     Baseline* b = r_.baseline();
-    m->has_baseline = b != nullptr && b->supports(o_.dtype, o_.op);
+    m->has_baseline = b != nullptr && b->supports(o_.workload, o_.dtype, o_.op);
     if (o_.check) {
       prepareCheck(in_place);
       tuttiOp(in_place);

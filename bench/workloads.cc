@@ -40,7 +40,7 @@ class FusionCase {
     row.tensors = tensors_;
     row.tensor_bytes = count_ * ts_;
     Baseline* b = r_.baseline();
-    row.has_baseline = b != nullptr && b->supports(o_.dtype, o_.op);
+    row.has_baseline = b != nullptr && b->supports(Workload::kAllreduce, o_.dtype, o_.op);
     std::vector<int64_t> wrong(4, 0);
     if (o_.check) {
       wrong[0] = checked([this] { tuttiStep(); });
@@ -157,7 +157,7 @@ int64_t runLatency(Runner& runner, Report& report) {
                "tutti-bench: -o avg with -d bool: Tutti defines no average on bool");
   }
   Baseline* b = runner.baseline();
-  const bool with_baseline = b != nullptr && b->supports(o.dtype, o.op);
+  const bool with_baseline = b != nullptr && b->supports(Workload::kAllreduce, o.dtype, o.op);
   report.beginLatency(with_baseline);
   const int64_t ts = dataTypeSize(o.dtype);
   int64_t total_wrong = 0;
