@@ -1,11 +1,16 @@
 # Runs tutti-bench under mpirun and fails unless it exits 0, prints its table with rows and
 # no wrong elements, and writes a JSON document with the rows.
-# -DMPIEXEC -DNP -DBENCH -DWORKLOAD -DFLAGS -DJSON
+# -DMPIEXEC (empty: run one process without a launcher) -DNP -DBENCH -DWORKLOAD -DFLAGS
+# -DJSON -DBASELINE (the baseline the JSON must name: "mpi", or null)
 separate_arguments(flag_list UNIX_COMMAND "${FLAGS}")
 file(REMOVE "${JSON}")
+if(MPIEXEC)
+  set(launch ${MPIEXEC} -np ${NP} --oversubscribe --bind-to none --mca btl self,vader)
+else()
+  set(launch "")
+endif()
 execute_process(
-  COMMAND ${MPIEXEC} -np ${NP} --oversubscribe --bind-to none --mca btl self,vader
-          ${BENCH} ${WORKLOAD} ${flag_list} --json ${JSON}
+  COMMAND ${launch} ${BENCH} ${WORKLOAD} ${flag_list} --json ${JSON}
   RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 240)
 message("${out}")
 if(NOT rc EQUAL 0)
@@ -13,10 +18,10 @@ if(NOT rc EQUAL 0)
 endif()
 if(WORKLOAD STREQUAL "fusion")
   set(header "# +tensors +bytes/tensor +tutti\\(us\\)")
-  set(rowpat "\n +[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +0\n")
+  set(rowpat "\n +[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+ +[0-9.NA/]+ +[0-9.NA/]+ +[0-9.NA/]+ +[0-9.NA/]+ +0\n")
 elseif(WORKLOAD STREQUAL "latency")
   set(header "# +size\\(B\\) +median\\(us\\) +p99\\(us\\) +max\\(us\\)")
-  set(rowpat "\n +4 +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +0\n")
+  set(rowpat "\n +4 +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.NA/]+ +[0-9.NA/]+ +[0-9.NA/]+ +[0-9.NA/]+ +0\n")
 else()
   set(header "#[ ]+size[ ]+count[ ]+type[ ]+redop[ ]+root[ ]+time[ ]+algbw[ ]+busbw[ ]+#wrong")
   set(rowpat "\n +[0-9]+ +[0-9]+ +[a-z0-9]+ +[a-z]+ +-?[0-9]+ +[0-9N]")
@@ -33,8 +38,13 @@ if(NOT EXISTS "${JSON}")
   message(FATAL_ERROR "no JSON document at ${JSON}")
 endif()
 file(READ "${JSON}" js)
-foreach(key "\"tool\": \"tutti-bench\"" "\"ranks\": 2" "\"workload\": \"${WORKLOAD}\""
-            "\"baseline\": \"mpi\"" "\"wrong\": 0")
+if(BASELINE STREQUAL "null")
+  set(baseline_key "\"baseline\": null")
+else()
+  set(baseline_key "\"baseline\": \"${BASELINE}\"")
+endif()
+foreach(key "\"tool\": \"tutti-bench\"" "\"ranks\": ${NP}" "\"workload\": \"${WORKLOAD}\""
+            "${baseline_key}" "\"wrong\": 0")
   string(FIND "${js}" "${key}" at)
   if(at LESS 0)
     message(FATAL_ERROR "JSON document lacks ${key}")
