@@ -26,6 +26,7 @@ void checkOk(const Status& status, const std::string& what) {
   if (!status.ok()) throwError(status.code(), "tutti-bench: " + what + ": " + status.message());
 }
 
+#if TUTTI_BENCH_WITH_GLOO
 // Every rank's bytes in rank order, through Tutti's allgather (lengths first, then bytes).
 std::vector<std::string> tuttiExchange(const std::string& bytes) {
   int64_t len = static_cast<int64_t>(bytes.size());
@@ -56,6 +57,7 @@ std::vector<std::string> tuttiExchange(const std::string& bytes) {
   std::free(all.data);
   return out;
 }
+#endif
 
 }  // namespace
 
