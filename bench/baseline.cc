@@ -22,11 +22,11 @@ namespace {
 
 bool g_mpi_initialized_here = false;
 
+#if TUTTI_BENCH_WITH_GLOO
 void checkOk(const Status& status, const std::string& what) {
   if (!status.ok()) throwError(status.code(), "tutti-bench: " + what + ": " + status.message());
 }
 
-#if TUTTI_BENCH_WITH_GLOO
 // Every rank's bytes in rank order, through Tutti's allgather (lengths first, then bytes).
 std::vector<std::string> tuttiExchange(const std::string& bytes) {
   int64_t len = static_cast<int64_t>(bytes.size());
