@@ -130,7 +130,10 @@ class OutputSlot {
       at::Tensor tensor = at::empty(shape, options_);
       std::lock_guard<std::mutex> lock(mutex_);
       tensor_ = tensor;
-      return tensor.data_ptr();
+      if (tensor.numel() > 0) return tensor.data_ptr();
+      // An empty output still gets a valid address: null would read as a failed allocation.
+      placeholder_ = at::empty({1}, options_);
+      return placeholder_.data_ptr();
     } catch (...) {
       return nullptr;  // Tutti reports the failed allocation on the handle
     }
@@ -157,6 +160,7 @@ class OutputSlot {
   at::TensorOptions options_;
   std::mutex mutex_;
   at::Tensor tensor_;
+  at::Tensor placeholder_;
 };
 
 OpOptions makeOptions(int op, double prescale, double postscale, int process_set) {
