@@ -10,6 +10,8 @@ import torch
 import tutti.torch as hvd
 
 hvd.init()
+# Up to 3 ranks share 2 cores: one intra-op thread each avoids oversubscription.
+torch.set_num_threads(1)
 
 # Every dtype the runtime supports, as torch dtypes.
 ALL_DTYPES = [torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16,

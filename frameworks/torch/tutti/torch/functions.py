@@ -10,8 +10,8 @@ from tutti.torch.basics import global_process_set
 from tutti.torch.mpi_ops import synchronize
 
 
-def broadcast_parameters(params, root_rank, prefix="Parameter.",
-                         process_set=global_process_set):
+def broadcast_parameters(params, root_rank, process_set=global_process_set, *,
+                         prefix="Parameter."):
     """Broadcasts parameters (a state_dict, or a list of (name, tensor) pairs or tensors)
     in place from `root_rank`, e.g. broadcast_parameters(model.state_dict(), root_rank=0)."""
     if isinstance(params, dict):
@@ -32,8 +32,8 @@ def broadcast_parameters(params, root_rank, prefix="Parameter.",
         synchronize(handle)
 
 
-def broadcast_optimizer_state(optimizer, root_rank, prefix="Parameter.",
-                              process_set=global_process_set):
+def broadcast_optimizer_state(optimizer, root_rank, process_set=global_process_set, *,
+                              prefix="Parameter."):
     """Broadcasts an optimizer's state (tensors in place) and its hyper-parameters (lr,
     momentum, ...) from `root_rank`. A fresh optimizer first takes one zero-gradient step
     so that its state exists on every rank."""
