@@ -13,6 +13,8 @@ const char* opTypeName(OpType op) {
     case OpType::kReducescatter: return "reducescatter";
     case OpType::kBarrier: return "barrier";
     case OpType::kJoin: return "join";
+    case OpType::kAddProcessSet: return "add_process_set";
+    case OpType::kRemoveProcessSet: return "remove_process_set";
   }
   return "unknown-op";
 }

@@ -19,8 +19,10 @@ enum class OpType : uint8_t {
   kReducescatter = 4,
   kBarrier = 5,
   kJoin = 6,
+  kAddProcessSet = 7,     // negotiated on the global set, like a tensor
+  kRemoveProcessSet = 8,
 };
-constexpr int kNumOpTypes = 7;
+constexpr int kNumOpTypes = 9;
 
 const char* opTypeName(OpType op);
 const char* reduceOpName(ReduceOp op);

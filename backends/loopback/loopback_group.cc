@@ -1,0 +1,122 @@
+#include "backends/loopback/loopback_group.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <utility>
+
+namespace tutti {
+namespace detail {
+
+LoopbackChannel::LoopbackChannel(LoopbackGroup& group, const char* kind)
+    : group_(group),
+      kind_(kind),
+      arrived_(group.size(), 0),
+      posts_(group.size()) {}
+
+void LoopbackChannel::wakeAll() {
+  std::lock_guard<std::mutex> lock(mu_);
+  cv_.notify_all();
+}
+
+void LoopbackChannel::sync(int member, const LoopbackPost* post, Deadline deadline,
+                           Clock::time_point start, const char* op) {
+  std::unique_lock<std::mutex> lock(mu_);
+  group_.throwIfPoisoned();
+  if (post) posts_[member] = *post;
+  arrived_[member] = 1;
+  if (++arrived_count_ == group_.size()) {
+    int64_t needed = 0;
+    for (const auto& p : posts_) needed = std::max(needed, p.scratch_bytes);
+    if (static_cast<int64_t>(scratch_.size()) < needed) scratch_.resize(needed);
+    arrived_count_ = 0;
+    std::fill(arrived_.begin(), arrived_.end(), 0);
+    ++generation_;
+    cv_.notify_all();
+    return;
+  }
+  const uint64_t generation = generation_;
+  while (generation_ == generation) {
+    group_.throwIfPoisoned();
+    if (cv_.wait_until(lock, deadline) != std::cv_status::timeout) continue;
+    if (generation_ != generation || group_.poisoned()) continue;
+    std::vector<int> missing;
+    for (int m = 0; m < group_.size(); ++m)
+      if (!arrived_[m]) missing.push_back(group_.ranks()[m]);
+    char seconds[32];
+    std::snprintf(seconds, sizeof(seconds), "%.1f",
+                  std::chrono::duration<double>(deadline - start).count());
+    std::string message = "rank " + std::to_string(group_.ranks()[member]) + ": loopback " +
+                          kind_ + op + " on group " + std::to_string(group_.id()) +
+                          ": timed out after " + seconds + " s waiting for rank(s) " +
+                          joinInts(missing);
+    lock.unlock();
+    group_.poison(StatusCode::kTimeout, message);
+    group_.throwIfPoisoned();  // ours, or the error of whoever poisoned first
+  }
+}
+
+LoopbackGroup::LoopbackGroup(std::vector<int> ranks, int id)
+    : ranks_(std::move(ranks)), id_(id), data_(*this, ""), control_(*this, "control-plane ") {}
+
+void LoopbackGroup::throwIfPoisoned() const {
+  if (!poisoned()) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  throw Error(code_, message_);
+}
+
+void LoopbackGroup::poison(StatusCode code, const std::string& message) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!poisoned_.load(std::memory_order_relaxed)) {
+      code_ = code;
+      message_ = message;
+      poisoned_.store(true, std::memory_order_release);
+    }
+  }
+  data_.wakeAll();
+  control_.wakeAll();
+}
+
+}  // namespace detail
+
+LoopbackHub::LoopbackHub(int world_size) : world_size_(world_size) {
+  if (world_size < 1)
+    throwError(StatusCode::kInvalidArgument,
+               "loopback hub: world size must be >= 1, got " + std::to_string(world_size));
+}
+
+std::shared_ptr<detail::LoopbackGroup> LoopbackHub::group(const std::vector<int>& ranks, int id,
+                                                          int rank) {
+  std::string who = "rank " + std::to_string(rank) + ": loopback group " + std::to_string(id);
+  if (ranks.empty())
+    throwError(StatusCode::kInvalidArgument, who + ": expected at least one rank, got none");
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (ranks[i] < 0 || ranks[i] >= world_size_ || (i > 0 && ranks[i] <= ranks[i - 1]))
+      throwError(StatusCode::kInvalidArgument,
+                 who + ": expected sorted distinct ranks in [0, " + std::to_string(world_size_) +
+                     "), got [" + joinInts(ranks) + "]");
+  }
+  if (!std::binary_search(ranks.begin(), ranks.end(), rank))
+    throwError(StatusCode::kInvalidArgument,
+               who + ": this rank is not a member of [" + joinInts(ranks) + "]");
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto it = groups_.begin(); it != groups_.end();) {
+    if (it->second.expired())
+      it = groups_.erase(it);
+    else
+      ++it;
+  }
+  auto& slot = groups_[id];
+  if (auto existing = slot.lock()) {
+    if (existing->ranks() != ranks)
+      throwError(StatusCode::kInvalidArgument,
+                 who + ": members disagree: this rank passed [" + joinInts(ranks) +
+                     "], another passed [" + joinInts(existing->ranks()) + "]");
+    return existing;
+  }
+  auto created = std::make_shared<detail::LoopbackGroup>(ranks, id);
+  slot = created;
+  return created;
+}
+
+}  // namespace tutti

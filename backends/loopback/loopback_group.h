@@ -1,0 +1,118 @@
+// Shared state of one loopback group (process set): the rendezvous of its members, which are
+// threads of one process. Internal to backends/loopback.
+#pragma once
+
+#include "backends/loopback/loopback.h"
+#include "core/common.h"
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace tutti {
+namespace detail {
+
+class LoopbackGroup;
+
+// What one member contributes to one step: pointers into its own memory, valid until the
+// member leaves the op. Other members read them between the op's first and last sync.
+struct LoopbackPost {
+  const void* in = nullptr;
+  void* out = nullptr;
+  int64_t count = 0;
+  DataType dtype = DataType::kUInt8;
+  ReduceOp op = ReduceOp::kSum;
+  int root = 0;
+  const std::vector<int64_t>* counts = nullptr;       // allgatherv, reducescatter, send
+  const std::vector<int64_t>* recv_counts = nullptr;  // alltoallv
+  const std::string* bytes = nullptr;                 // control plane
+  const std::vector<uint64_t>* bits = nullptr;        // control plane
+  int64_t scratch_bytes = 0;  // shared scratch this member needs for the op
+};
+
+// One rendezvous point (the data plane and the control plane each have their own, so that
+// negotiation and data movement never consume each other's arrivals).
+//
+// Protocol of one op, identical on every member:
+//   1. sync(post): store this member's post, wait until every member has arrived; the last
+//      arriver grows the shared scratch to the largest scratch_bytes posted.
+//   2. read the other members' posts (their memory) and write own output / own slice of
+//      the scratch.
+//   3. sync(nullptr): wait until every member is done reading (posts stay untouched).
+//   4. optionally copy from the scratch into own memory; the scratch is only rewritten
+//      after the next op's step 1, which every member must have reached.
+// Thread-safety: one thread per member at a time; members run concurrently.
+class LoopbackChannel {
+ public:
+  LoopbackChannel(LoopbackGroup& group, const char* kind);
+
+  // Waits (until `deadline`) for every member at this step. On timeout poisons the group
+  // and throws Error(kTimeout) naming the ranks that did not arrive; throws the group's
+  // sticky error if it is poisoned. `start` is when the op began (for the message).
+  void sync(int member, const LoopbackPost* post, Deadline deadline, Clock::time_point start,
+            const char* op);
+  const LoopbackPost& post(int member) const { return posts_[member]; }
+  uint8_t* scratch() { return scratch_.data(); }
+  void wakeAll();
+
+ private:
+  LoopbackGroup& group_;
+  const char* kind_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  uint64_t generation_ = 0;
+  int arrived_count_ = 0;
+  std::vector<char> arrived_;
+  std::vector<LoopbackPost> posts_;
+  std::vector<uint8_t> scratch_;  // grows, never shrinks: no large allocation per op
+};
+
+// Members, id, sticky poison and the two channels of one group.
+class LoopbackGroup {
+ public:
+  LoopbackGroup(std::vector<int> ranks, int id);
+  const std::vector<int>& ranks() const { return ranks_; }
+  int size() const { return static_cast<int>(ranks_.size()); }
+  int id() const { return id_; }
+  LoopbackChannel& data() { return data_; }
+  LoopbackChannel& control() { return control_; }
+
+  bool poisoned() const { return poisoned_.load(std::memory_order_acquire); }
+  void throwIfPoisoned() const;
+  // The first poison sticks; wakes every waiter of both channels.
+  void poison(StatusCode code, const std::string& message);
+
+ private:
+  const std::vector<int> ranks_;
+  const int id_;
+  mutable std::mutex mu_;
+  std::atomic<bool> poisoned_{false};
+  StatusCode code_ = StatusCode::kOk;
+  std::string message_;
+  LoopbackChannel data_;
+  LoopbackChannel control_;
+};
+
+}  // namespace detail
+
+// Shared by the threads of one job. Thread-safe.
+class LoopbackHub {
+ public:
+  explicit LoopbackHub(int world_size);
+  int size() const { return world_size_; }
+  // The group with this id, created by the first member that asks; every member must pass
+  // the same ranks. A group lives while some member holds it.
+  std::shared_ptr<detail::LoopbackGroup> group(const std::vector<int>& ranks, int id, int rank);
+
+ private:
+  const int world_size_;
+  std::mutex mu_;
+  std::map<int, std::weak_ptr<detail::LoopbackGroup>> groups_;
+};
+
+}  // namespace tutti

@@ -1,0 +1,295 @@
+// The C API (tutti.h) over the C++ API. No exception crosses it; each failure leaves its
+// detail in a thread-local string for tutti_last_error().
+#include "core/common.h"
+
+#include <tutti/tutti.h>
+#include <tutti/tutti.hpp>
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+namespace {
+
+thread_local std::string t_last_error;
+
+tutti_status_t report(const tutti::Status& s) {
+  t_last_error = s.ok() ? std::string() : s.message();
+  return static_cast<tutti_status_t>(s.code());
+}
+
+tutti_status_t invalid(const std::string& message) {
+  return report(tutti::Status(tutti::StatusCode::kInvalidArgument, message));
+}
+
+template <typename F>
+tutti_status_t guarded(F&& f) {
+  try {
+    return report(f());
+  } catch (const std::exception& e) {
+    return report(tutti::Status(tutti::StatusCode::kInternal, e.what()));
+  } catch (...) {
+    return report(tutti::Status(tutti::StatusCode::kInternal, "unknown exception"));
+  }
+}
+
+std::string nameOf(const char* name) { return name ? std::string(name) : std::string(); }
+
+// A C tensor as a view; false (with last error) when it is malformed.
+bool toView(const char* what, const tutti_tensor_t* t, tutti::TensorView* view) {
+  if (t == nullptr) {
+    invalid(std::string(what) + ": tensor pointer is null");
+    return false;
+  }
+  if (t->ndim < 0 || t->ndim > TUTTI_MAX_DIMS) {
+    invalid(std::string(what) + ": ndim " + std::to_string(t->ndim) + " outside [0, " +
+            std::to_string(TUTTI_MAX_DIMS) + "]");
+    return false;
+  }
+  if (!tutti::isValidDataType(t->dtype)) {
+    invalid(std::string(what) + ": dtype " + std::to_string(t->dtype) + " is not a tutti_dtype_t");
+    return false;
+  }
+  view->data = t->data;
+  view->dtype = static_cast<tutti::DataType>(t->dtype);
+  view->shape.assign(t->shape, t->shape + t->ndim);
+  return true;
+}
+
+tutti::OpOptions toOptions(const tutti_op_options_t* o, tutti_handle_t* handle_for_callback) {
+  (void)handle_for_callback;
+  tutti::OpOptions options;
+  if (o == nullptr) return options;
+  options.op = static_cast<tutti::ReduceOp>(o->op);
+  options.prescale = o->prescale;
+  options.postscale = o->postscale;
+  options.root = o->root;
+  options.process_set = o->process_set;
+  if (o->splits && o->nsplits > 0) options.splits.assign(o->splits, o->splits + o->nsplits);
+  if (o->callback) {
+    tutti_callback_t cb = o->callback;
+    void* user = o->user_data;
+    options.callback = [cb, user](tutti::Handle h, const tutti::Status& s) {
+      cb(h, static_cast<tutti_status_t>(s.code()), s.ok() ? nullptr : s.message().c_str(), user);
+    };
+  }
+  return options;
+}
+
+tutti::TensorView flat(const void* data, int64_t count, tutti_dtype_t dtype) {
+  tutti::TensorView v;
+  v.data = const_cast<void*>(data);
+  v.dtype = static_cast<tutti::DataType>(dtype);
+  v.shape = {count};
+  return v;
+}
+
+}  // namespace
+
+extern "C" {
+
+tutti_status_t tutti_init(void) { return guarded([] { return tutti::init(); }); }
+tutti_status_t tutti_shutdown(void) { return guarded([] { return tutti::shutdown(); }); }
+int tutti_is_initialized(void) { return tutti::isInitialized() ? 1 : 0; }
+int tutti_rank(void) { return tutti::rank(); }
+int tutti_size(void) { return tutti::size(); }
+int tutti_local_rank(void) { return tutti::localRank(); }
+int tutti_local_size(void) { return tutti::localSize(); }
+int tutti_cross_rank(void) { return tutti::crossRank(); }
+int tutti_cross_size(void) { return tutti::crossSize(); }
+const char* tutti_last_error(void) { return t_last_error.c_str(); }
+
+const char* tutti_status_string(tutti_status_t status) {
+  switch (status) {
+    case TUTTI_OK: return "ok";
+    case TUTTI_ERR_INVALID_ARGUMENT: return "invalid argument";
+    case TUTTI_ERR_MISMATCH: return "mismatch across ranks";
+    case TUTTI_ERR_TIMEOUT: return "timeout";
+    case TUTTI_ERR_ABORTED: return "aborted";
+    case TUTTI_ERR_NOT_INITIALIZED: return "not initialized";
+    case TUTTI_ERR_BACKEND: return "backend error";
+    case TUTTI_ERR_UNSUPPORTED: return "unsupported";
+    case TUTTI_ERR_IN_PROGRESS: return "in progress";
+    case TUTTI_ERR_JOINED: return "not allowed after join";
+    case TUTTI_ERR_DUPLICATE_NAME: return "duplicate name";
+    case TUTTI_ERR_INTERNAL: return "internal error";
+  }
+  return "unknown status";
+}
+
+const char* tutti_dtype_name(tutti_dtype_t dtype) {
+  return tutti::isValidDataType(dtype) ? tutti::dataTypeName(static_cast<tutti::DataType>(dtype))
+                                       : "unknown-dtype";
+}
+
+int tutti_backend_built(const char* name) { return name && tutti::backendBuilt(name) ? 1 : 0; }
+
+const char* tutti_cpu_backend(void) {
+  static thread_local std::string name;
+  name = tutti::cpuBackend();
+  return name.c_str();
+}
+
+void tutti_op_options_init(tutti_op_options_t* o) {
+  if (o == nullptr) return;
+  std::memset(o, 0, sizeof *o);
+  o->struct_size = sizeof *o;
+  o->op = TUTTI_SUM;
+  o->prescale = 1.0;
+  o->postscale = 1.0;
+}
+
+tutti_status_t tutti_allreduce_async(const char* name, const void* input, void* output,
+                                     int64_t count, tutti_dtype_t dtype, tutti_reduce_op_t op,
+                                     double prescale, double postscale, tutti_handle_t* handle) {
+  if (count < 0) return invalid("allreduce '" + nameOf(name) + "': count " + std::to_string(count) + " is negative");
+  if (!tutti::isValidDataType(dtype)) return invalid("allreduce '" + nameOf(name) + "': dtype " + std::to_string(dtype) + " is not a tutti_dtype_t");
+  if (!tutti::isValidReduceOp(op)) return invalid("allreduce '" + nameOf(name) + "': op " + std::to_string(op) + " is not a tutti_reduce_op_t");
+  return guarded([&] {
+    tutti::OpOptions options;
+    options.op = static_cast<tutti::ReduceOp>(op);
+    options.prescale = prescale;
+    options.postscale = postscale;
+    return tutti::allreduceAsync(nameOf(name), flat(input, count, dtype), flat(output, count, dtype), options, handle);
+  });
+}
+
+tutti_status_t tutti_broadcast_async(const char* name, void* buffer, int64_t count,
+                                     tutti_dtype_t dtype, int root, tutti_handle_t* handle) {
+  if (count < 0) return invalid("broadcast '" + nameOf(name) + "': count " + std::to_string(count) + " is negative");
+  if (!tutti::isValidDataType(dtype)) return invalid("broadcast '" + nameOf(name) + "': dtype " + std::to_string(dtype) + " is not a tutti_dtype_t");
+  return guarded([&] {
+    tutti::OpOptions options;
+    options.root = root;
+    return tutti::broadcastAsync(nameOf(name), flat(buffer, count, dtype), options, handle);
+  });
+}
+
+tutti_status_t tutti_allreduce_tensor_async(const char* name, const tutti_tensor_t* input,
+                                            tutti_tensor_t* output,
+                                            const tutti_op_options_t* options,
+                                            tutti_handle_t* handle) {
+  tutti::TensorView in, out;
+  if (!toView("allreduce", input, &in) || !toView("allreduce", output, &out)) return static_cast<tutti_status_t>(TUTTI_ERR_INVALID_ARGUMENT);
+  if (options && !tutti::isValidReduceOp(options->op)) return invalid("allreduce '" + nameOf(name) + "': op " + std::to_string(options->op) + " is not a tutti_reduce_op_t");
+  return guarded([&] { return tutti::allreduceAsync(nameOf(name), in, out, toOptions(options, handle), handle); });
+}
+
+tutti_status_t tutti_grouped_allreduce_async(const char* const* names, const tutti_tensor_t* inputs,
+                                             tutti_tensor_t* outputs, int ntensors,
+                                             const tutti_op_options_t* options,
+                                             tutti_handle_t* handle) {
+  if (ntensors <= 0 || names == nullptr || inputs == nullptr || outputs == nullptr)
+    return invalid("grouped_allreduce: expected ntensors > 0 and non-null names, inputs, outputs");
+  std::vector<std::string> n;
+  std::vector<tutti::TensorView> in(ntensors), out(ntensors);
+  for (int i = 0; i < ntensors; ++i) {
+    n.push_back(nameOf(names[i]));
+    if (!toView("grouped_allreduce", &inputs[i], &in[i]) || !toView("grouped_allreduce", &outputs[i], &out[i]))
+      return static_cast<tutti_status_t>(TUTTI_ERR_INVALID_ARGUMENT);
+  }
+  if (options && !tutti::isValidReduceOp(options->op)) return invalid("grouped_allreduce: op " + std::to_string(options->op) + " is not a tutti_reduce_op_t");
+  return guarded([&] { return tutti::groupedAllreduceAsync(n, in, out, toOptions(options, handle), handle); });
+}
+
+tutti_status_t tutti_broadcast_tensor_async(const char* name, tutti_tensor_t* buffer,
+                                            const tutti_op_options_t* options,
+                                            tutti_handle_t* handle) {
+  tutti::TensorView v;
+  if (!toView("broadcast", buffer, &v)) return static_cast<tutti_status_t>(TUTTI_ERR_INVALID_ARGUMENT);
+  return guarded([&] { return tutti::broadcastAsync(nameOf(name), v, toOptions(options, handle), handle); });
+}
+
+#define TUTTI_C_OUTPUT_OP(cname, cppname, label)                                             \
+  tutti_status_t cname(const char* name, const tutti_tensor_t* input,                        \
+                       const tutti_op_options_t* options, tutti_handle_t* handle) {          \
+    tutti::TensorView v;                                                                     \
+    if (!toView(label, input, &v)) return static_cast<tutti_status_t>(TUTTI_ERR_INVALID_ARGUMENT); \
+    if (options && !tutti::isValidReduceOp(options->op))                                     \
+      return invalid(std::string(label) + " '" + nameOf(name) + "': op " +                   \
+                     std::to_string(options->op) + " is not a tutti_reduce_op_t");           \
+    return guarded([&] { return tutti::cppname(nameOf(name), v, toOptions(options, handle), handle); }); \
+  }
+TUTTI_C_OUTPUT_OP(tutti_allgather_async, allgatherAsync, "allgather")
+TUTTI_C_OUTPUT_OP(tutti_alltoall_async, alltoallAsync, "alltoall")
+TUTTI_C_OUTPUT_OP(tutti_reducescatter_async, reducescatterAsync, "reducescatter")
+#undef TUTTI_C_OUTPUT_OP
+
+tutti_status_t tutti_barrier(int process_set, double timeout_seconds) {
+  return guarded([&] {
+    tutti::Handle h = 0;
+    tutti::Status s = tutti::barrierAsync(process_set, &h);
+    return s.ok() ? tutti::wait(h, timeout_seconds, nullptr) : s;
+  });
+}
+
+tutti_status_t tutti_join(int process_set, double timeout_seconds, int* last_joined_rank) {
+  return guarded([&] {
+    tutti::Handle h = 0;
+    tutti::Status s = tutti::joinAsync(process_set, &h);
+    if (!s.ok()) return s;
+    tutti::Result result;
+    s = tutti::wait(h, timeout_seconds, &result);
+    if (s.ok() && last_joined_rank) *last_joined_rank = result.last_joined_rank;
+    return s;
+  });
+}
+
+tutti_status_t tutti_poll(tutti_handle_t handle, int* done) {
+  return guarded([&] {
+    bool d = false;
+    tutti::Status s = tutti::poll(handle, &d);
+    if (s.ok() && done) *done = d ? 1 : 0;
+    if (s.ok() && !done) return tutti::Status(tutti::StatusCode::kInvalidArgument, "poll: done pointer is null");
+    return s;
+  });
+}
+
+tutti_status_t tutti_wait(tutti_handle_t handle, double timeout_seconds) {
+  return guarded([&] {
+    tutti::Result result;
+    tutti::Status s = tutti::wait(handle, timeout_seconds, &result);
+    // Outputs nobody asked for (tutti_wait on an allgather) are freed here.
+    if (s.code() != tutti::StatusCode::kInProgress) std::free(result.data);
+    return s;
+  });
+}
+
+tutti_status_t tutti_wait_result(tutti_handle_t handle, double timeout_seconds,
+                                 tutti_result_t* out) {
+  if (out == nullptr || out->struct_size < sizeof(tutti_result_t))
+    return invalid("wait_result: result is null or its struct_size is not sizeof(tutti_result_t)");
+  return guarded([&] {
+    tutti::Result result;
+    tutti::Status s = tutti::wait(handle, timeout_seconds, &result);
+    if (s.code() == tutti::StatusCode::kInProgress) return s;
+    out->data = result.data;
+    out->nbytes = result.nbytes;
+    out->ndim = static_cast<int>(result.shape.size());
+    for (size_t i = 0; i < result.shape.size() && i < TUTTI_MAX_DIMS; ++i) out->shape[i] = result.shape[i];
+    out->nsplits = static_cast<int>(result.recv_splits.size());
+    out->recv_splits = nullptr;
+    if (!result.recv_splits.empty()) {
+      out->recv_splits = static_cast<int64_t*>(std::malloc(result.recv_splits.size() * sizeof(int64_t)));
+      std::memcpy(out->recv_splits, result.recv_splits.data(), result.recv_splits.size() * sizeof(int64_t));
+    }
+    out->last_joined_rank = result.last_joined_rank;
+    return s;
+  });
+}
+
+void tutti_free(void* ptr) { std::free(ptr); }
+
+tutti_status_t tutti_add_process_set(const int* ranks, int nranks, int* process_set) {
+  if (ranks == nullptr || nranks <= 0) return invalid("add_process_set: expected a non-empty rank list");
+  return guarded([&] { return tutti::addProcessSet(std::vector<int>(ranks, ranks + nranks), process_set); });
+}
+
+tutti_status_t tutti_remove_process_set(int process_set) {
+  return guarded([&] { return tutti::removeProcessSet(process_set); });
+}
+
+int tutti_process_set_rank(int process_set) { return tutti::processSetRank(process_set); }
+int tutti_process_set_size(int process_set) { return tutti::processSetSize(process_set); }
+
+}  // extern "C"

@@ -1,0 +1,229 @@
+#include "core/config.h"
+
+#include "core/common.h"
+
+#include <cerrno>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+extern char** environ;
+
+namespace tutti {
+namespace {
+
+[[noreturn]] void badValue(const char* name, const std::string& value, const std::string& expected) {
+  throwError(StatusCode::kInvalidArgument,
+             std::string(name) + "='" + value + "': expected " + expected);
+}
+
+double parseDouble(const char* name, const std::string& value, double lo, double hi) {
+  std::ostringstream expected;
+  expected << "a number in [" << lo << ", " << hi << "]";
+  char* end = nullptr;
+  errno = 0;
+  double v = std::strtod(value.c_str(), &end);
+  if (value.empty() || errno != 0 || end == nullptr || *end != '\0' || !(v >= lo && v <= hi))
+    badValue(name, value, expected.str());
+  return v;
+}
+
+int64_t parseInt(const char* name, const std::string& value, int64_t lo, int64_t hi) {
+  std::ostringstream expected;
+  expected << "an integer in [" << lo << ", " << hi << "]";
+  char* end = nullptr;
+  errno = 0;
+  long long v = std::strtoll(value.c_str(), &end, 10);
+  if (value.empty() || errno != 0 || end == nullptr || *end != '\0' || v < lo || v > hi)
+    badValue(name, value, expected.str());
+  return v;
+}
+
+bool parseBool(const char* name, const std::string& value) {
+  if (value == "1" || value == "true" || value == "yes" || value == "on") return true;
+  if (value == "0" || value == "false" || value == "no" || value == "off" || value.empty())
+    return false;
+  badValue(name, value, "one of 1, 0, true, false, yes, no, on, off");
+}
+
+std::string parseChoice(const char* name, const std::string& value,
+                        const std::vector<std::string>& choices) {
+  std::string all;
+  for (const auto& c : choices) {
+    if (c == value) return value;
+    all += (all.empty() ? "" : ", ") + c;
+  }
+  badValue(name, value, "one of " + all);
+}
+
+const std::vector<std::string> kLogLevels = {"trace", "debug", "info", "warning", "error", "fatal"};
+
+}  // namespace
+
+const char* logLevelName(LogLevel level) {
+  return kLogLevels[static_cast<size_t>(level)].c_str();
+}
+
+const std::vector<ConfigVar>& configTable() {
+  static const std::vector<ConfigVar> table = {
+      {"TUTTI_FUSION_THRESHOLD", "bytes", "134217728", "[0, 2^40]",
+       "Largest fused allreduce buffer in bytes; 0 disables fusion.",
+       [](const std::string& v, Config& c) {
+         c.fusion_threshold = parseInt("TUTTI_FUSION_THRESHOLD", v, 0, int64_t(1) << 40);
+       }},
+      {"TUTTI_CYCLE_TIME_MS", "float", "1", "[0, 10000]",
+       "Longest an idle rank waits before joining a negotiation round that others may have "
+       "started; work enqueued wakes the coordinator at once. Idle ranks back off up to 32x.",
+       [](const std::string& v, Config& c) {
+         c.cycle_time_ms = parseDouble("TUTTI_CYCLE_TIME_MS", v, 0, 10000);
+       }},
+      {"TUTTI_CPU_OPERATIONS", "enum", "(from the launcher)", "mpi, gloo, loopback",
+       "Backend for CPU tensors and negotiation. Default: mpi under mpirun, gloo under "
+       "tuttirun --gloo, loopback for a single process.",
+       [](const std::string& v, Config& c) {
+         c.cpu_operations = parseChoice("TUTTI_CPU_OPERATIONS", v, {"mpi", "gloo", "loopback"});
+       }},
+      {"TUTTI_TIMEOUT_SECONDS", "float", "300", "[0.1, 1e9]",
+       "Deadline of every wait: negotiation, each collective, connection set-up, and "
+       "tutti_wait without a timeout. On expiry the job is aborted with an error naming the "
+       "op and the peers.",
+       [](const std::string& v, Config& c) {
+         c.timeout_seconds = parseDouble("TUTTI_TIMEOUT_SECONDS", v, 0.1, 1e9);
+       }},
+      {"TUTTI_LOG_LEVEL", "enum", "warning", "trace, debug, info, warning, error, fatal",
+       "Messages at this level and above go to stderr, prefixed with the rank.",
+       [](const std::string& v, Config& c) {
+         std::string level = parseChoice("TUTTI_LOG_LEVEL", v, kLogLevels);
+         for (size_t i = 0; i < kLogLevels.size(); ++i)
+           if (kLogLevels[i] == level) c.log_level = static_cast<LogLevel>(i);
+       }},
+      {"TUTTI_CACHE_CAPACITY", "int", "1024", "[0, 1048576]",
+       "Response cache entries per process set; 0 disables the cache (every op is negotiated "
+       "with a gather and a broadcast).",
+       [](const std::string& v, Config& c) {
+         c.cache_capacity = parseInt("TUTTI_CACHE_CAPACITY", v, 0, 1 << 20);
+       }},
+      {"TUTTI_STALL_CHECK_TIME_SECONDS", "float", "60", "[0, 1e9]",
+       "Rank 0 warns about a tensor submitted by some ranks but not all for this long, "
+       "naming the missing ranks.",
+       [](const std::string& v, Config& c) {
+         c.stall_check_seconds = parseDouble("TUTTI_STALL_CHECK_TIME_SECONDS", v, 0, 1e9);
+       }},
+      {"TUTTI_STALL_CHECK_DISABLE", "bool", "0", "0, 1",
+       "Turns the stall warnings off.",
+       [](const std::string& v, Config& c) {
+         c.stall_check_disable = parseBool("TUTTI_STALL_CHECK_DISABLE", v);
+       }},
+      {"TUTTI_STALL_SHUTDOWN_TIME_SECONDS", "float", "0", "[0, 1e9]",
+       "When > 0, a tensor stalled this long stops the job on every rank with an error "
+       "naming it and the missing ranks.",
+       [](const std::string& v, Config& c) {
+         c.stall_shutdown_seconds = parseDouble("TUTTI_STALL_SHUTDOWN_TIME_SECONDS", v, 0, 1e9);
+       }},
+      {"TUTTI_TIMELINE", "string", "(off)", "a file path",
+       "Writes a Chrome trace (chrome://tracing, Perfetto) of every op's negotiation and "
+       "execution on this rank to the path, with the rank appended when the job has more "
+       "than one.",
+       [](const std::string& v, Config& c) { c.timeline_filename = v; }},
+      {"TUTTI_GLOO_IFACE", "string", "(the rendezvous route)", "an interface name",
+       "Network interface for gloo's TCP pairs (tuttirun --network-interface).",
+       [](const std::string& v, Config& c) { c.gloo_iface = v; }},
+      {"TUTTI_RENDEZVOUS_ADDR", "string", "(unset)", "host or IP",
+       "Address of tuttirun's rendezvous server (set by tuttirun).",
+       [](const std::string& v, Config& c) { c.rendezvous_addr = v; }},
+      {"TUTTI_RENDEZVOUS_PORT", "int", "0", "[0, 65535]",
+       "Port of tuttirun's rendezvous server (set by tuttirun).",
+       [](const std::string& v, Config& c) {
+         c.rendezvous_port = static_cast<int>(parseInt("TUTTI_RENDEZVOUS_PORT", v, 0, 65535));
+       }},
+      {"TUTTI_SECRET", "string", "(unset)", "hex string",
+       "The job's rendezvous secret (set by tuttirun; never put it on a command line).",
+       [](const std::string& v, Config& c) { c.secret = v; }},
+      {"TUTTI_SECRET_FILE", "string", "(unset)", "a file path",
+       "File holding the job's secret, readable only by the user; used when TUTTI_SECRET is "
+       "unset.",
+       [](const std::string& v, Config& c) {
+         if (!c.secret.empty() || v.empty()) return;
+         std::ifstream in(v);
+         if (!in) badValue("TUTTI_SECRET_FILE", v, "a readable file");
+         std::getline(in, c.secret);
+       }},
+  };
+  return table;
+}
+
+namespace {
+
+std::map<std::string, std::string> processEnvironment() {
+  std::map<std::string, std::string> env;
+  for (char** e = environ; e && *e; ++e) {
+    std::string kv(*e);
+    auto eq = kv.find('=');
+    if (eq != std::string::npos) env[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  return env;
+}
+
+// The first launcher whose variables are present decides the topology.
+Topology parseTopology(const std::map<std::string, std::string>& env) {
+  struct Source {
+    const char* label;
+    const char *rank, *size, *local_rank, *local_size, *cross_rank, *cross_size;
+  };
+  static const Source sources[] = {
+      {"tuttirun", "TUTTI_RANK", "TUTTI_SIZE", "TUTTI_LOCAL_RANK", "TUTTI_LOCAL_SIZE",
+       "TUTTI_CROSS_RANK", "TUTTI_CROSS_SIZE"},
+      {"Open MPI", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+       "OMPI_COMM_WORLD_LOCAL_SIZE", "OMPI_COMM_WORLD_NODE_RANK", nullptr},
+      {"Slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE",
+       "SLURM_NODEID", "SLURM_NNODES"},
+  };
+  auto get = [&](const char* key, int fallback, int lo, int hi) -> int {
+    if (key == nullptr) return fallback;
+    auto it = env.find(key);
+    if (it == env.end() || it->second.empty()) return fallback;
+    // Slurm writes "2(x3)" for uneven tasks per node: take the leading number.
+    std::string v = it->second.substr(0, it->second.find('('));
+    return static_cast<int>(parseInt(key, v, lo, hi));
+  };
+  for (const auto& s : sources) {
+    if (env.count(s.rank) == 0 || env.count(s.size) == 0) continue;
+    Topology t;
+    t.source = s.label;
+    t.size = get(s.size, 1, 1, 1 << 24);
+    t.rank = get(s.rank, 0, 0, t.size - 1);
+    t.local_size = get(s.local_size, 1, 1, t.size);
+    t.local_rank = get(s.local_rank, 0, 0, t.local_size - 1);
+    // Open MPI has no cross size: assume equal slots per node.
+    t.cross_size = get(s.cross_size, (t.size + t.local_size - 1) / t.local_size, 1, t.size);
+    t.cross_rank = get(s.cross_rank, t.rank / t.local_size, 0, t.cross_size - 1);
+    return t;
+  }
+  return Topology();
+}
+
+}  // namespace
+
+Config parseConfig(const std::map<std::string, std::string>* env_in) {
+  std::map<std::string, std::string> own;
+  if (env_in == nullptr) own = processEnvironment();
+  const auto& env = env_in ? *env_in : own;
+  Config config;
+  for (const auto& var : configTable()) {
+    auto it = env.find(var.name);
+    if (it != env.end()) var.parse(it->second, config);
+  }
+  config.topology = parseTopology(env);
+  return config;
+}
+
+std::string configMarkdown() {
+  std::ostringstream out;
+  out << "| Variable | Type | Default | Range | Meaning |\n|---|---|---|---|---|\n";
+  for (const auto& var : configTable())
+    out << "| `" << var.name << "` | " << var.type << " | " << var.default_text << " | "
+        << var.range << " | " << var.help << " |\n";
+  return out.str();
+}
+
+}  // namespace tutti

@@ -1,0 +1,221 @@
+// The C++ API (tutti.hpp): holds the one Runtime and turns calls into queue entries.
+#include "backends/registry.h"
+#include "core/runtime.h"
+
+#include <tutti/tutti.hpp>
+
+#include <mutex>
+
+namespace tutti {
+namespace {
+
+std::mutex g_mu;
+// The one Runtime. Shared ownership only so that a call in flight keeps it alive while
+// another thread shuts it down.
+std::shared_ptr<Runtime> g_runtime;
+
+std::shared_ptr<Runtime> current() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  return g_runtime;
+}
+
+Status notInitialized() {
+  return Status(StatusCode::kNotInitialized, "Tutti is not initialized: call tutti_init() first");
+}
+
+template <typename F>
+Status guarded(F&& f) {
+  try {
+    return f();
+  } catch (const Error& e) {
+    return e.status();
+  } catch (const std::exception& e) {
+    return Status(StatusCode::kInternal, e.what());
+  }
+}
+
+TensorEntry makeEntry(const std::string& name, OpType op, const TensorView& input, void* output,
+                      const OpOptions& options) {
+  TensorEntry e;
+  e.request.op = op;
+  e.request.name = name;
+  e.request.dtype = input.dtype;
+  e.request.reduce_op = options.op;
+  e.request.device = input.device.type;
+  e.request.root = options.root;
+  e.request.prescale = options.prescale;
+  e.request.postscale = options.postscale;
+  e.request.shape = input.shape;
+  e.request.splits = options.splits;
+  e.input = input.data;
+  e.output = output;
+  e.allocator = options.allocator;
+  return e;
+}
+
+Status submit(const OpOptions& options, std::vector<TensorEntry> entries, Handle* handle) {
+  auto rt = current();
+  if (!rt) return notInitialized();
+  if (handle == nullptr) return Status(StatusCode::kInvalidArgument, "handle pointer is null");
+  return guarded([&] { return rt->submit(options.process_set, std::move(entries), options.callback, handle); });
+}
+
+Status checkSameLayout(const std::string& name, const TensorView& in, const TensorView& out) {
+  if (in.dtype != out.dtype || in.shape != out.shape)
+    return Status(StatusCode::kInvalidArgument,
+                  "allreduce '" + name + "': output is " + dataTypeName(out.dtype) + " " +
+                      shapeString(out.shape) + " but input is " + dataTypeName(in.dtype) + " " +
+                      shapeString(in.shape) + "; they must match");
+  return Status::OK();
+}
+
+}  // namespace
+
+Status init() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (g_runtime) return Status::OK();
+  return guarded([&] {
+    g_runtime = std::make_shared<Runtime>(parseConfig());
+    return Status::OK();
+  });
+}
+
+Status shutdown() {
+  std::shared_ptr<Runtime> rt;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    rt = std::move(g_runtime);
+  }
+  if (rt) rt->shutdown();
+  return Status::OK();
+}
+
+bool isInitialized() { return current() != nullptr; }
+
+#define TUTTI_TOPOLOGY_GETTER(fn, field) \
+  int fn() {                             \
+    auto rt = current();                 \
+    return rt ? rt->topology().field : -1; \
+  }
+TUTTI_TOPOLOGY_GETTER(rank, rank)
+TUTTI_TOPOLOGY_GETTER(size, size)
+TUTTI_TOPOLOGY_GETTER(localRank, local_rank)
+TUTTI_TOPOLOGY_GETTER(localSize, local_size)
+TUTTI_TOPOLOGY_GETTER(crossRank, cross_rank)
+TUTTI_TOPOLOGY_GETTER(crossSize, cross_size)
+#undef TUTTI_TOPOLOGY_GETTER
+
+Status allreduceAsync(const std::string& name, const TensorView& input, const TensorView& output,
+                      const OpOptions& options, Handle* handle) {
+  Status layout = checkSameLayout(name, input, output);
+  if (!layout.ok()) return layout;
+  std::vector<TensorEntry> entries;
+  entries.push_back(makeEntry(name, OpType::kAllreduce, input, output.data, options));
+  return submit(options, std::move(entries), handle);
+}
+
+Status groupedAllreduceAsync(const std::vector<std::string>& names,
+                             const std::vector<TensorView>& inputs,
+                             const std::vector<TensorView>& outputs, const OpOptions& options,
+                             Handle* handle) {
+  if (names.size() != inputs.size() || names.size() != outputs.size() || names.empty())
+    return Status(StatusCode::kInvalidArgument,
+                  "grouped_allreduce: got " + std::to_string(names.size()) + " names, " +
+                      std::to_string(inputs.size()) + " inputs and " +
+                      std::to_string(outputs.size()) + " outputs; expected the same non-zero count");
+  std::vector<TensorEntry> entries;
+  for (size_t i = 0; i < names.size(); ++i) {
+    Status layout = checkSameLayout(names[i], inputs[i], outputs[i]);
+    if (!layout.ok()) return layout;
+    if (names[i].empty())
+      return Status(StatusCode::kInvalidArgument, "grouped_allreduce: tensor " + std::to_string(i) + " has no name");
+    entries.push_back(makeEntry(names[i], OpType::kAllreduce, inputs[i], outputs[i].data, options));
+  }
+  return submit(options, std::move(entries), handle);
+}
+
+Status broadcastAsync(const std::string& name, const TensorView& buffer, const OpOptions& options,
+                      Handle* handle) {
+  std::vector<TensorEntry> entries;
+  entries.push_back(makeEntry(name, OpType::kBroadcast, buffer, buffer.data, options));
+  return submit(options, std::move(entries), handle);
+}
+
+#define TUTTI_OUTPUT_OP(fn, op_type)                                                         \
+  Status fn(const std::string& name, const TensorView& input, const OpOptions& options,     \
+            Handle* handle) {                                                                \
+    std::vector<TensorEntry> entries;                                                        \
+    entries.push_back(makeEntry(name, op_type, input, nullptr, options));                    \
+    return submit(options, std::move(entries), handle);                                      \
+  }
+TUTTI_OUTPUT_OP(allgatherAsync, OpType::kAllgather)
+TUTTI_OUTPUT_OP(alltoallAsync, OpType::kAlltoall)
+TUTTI_OUTPUT_OP(reducescatterAsync, OpType::kReducescatter)
+#undef TUTTI_OUTPUT_OP
+
+namespace {
+Status controlOp(OpType op, int process_set, Handle* handle) {
+  OpOptions options;
+  options.process_set = process_set;
+  TensorView none;
+  none.dtype = DataType::kUInt8;
+  std::vector<TensorEntry> entries;
+  entries.push_back(makeEntry("", op, none, nullptr, options));
+  return submit(options, std::move(entries), handle);
+}
+}  // namespace
+
+Status barrierAsync(int process_set, Handle* handle) { return controlOp(OpType::kBarrier, process_set, handle); }
+Status joinAsync(int process_set, Handle* handle) { return controlOp(OpType::kJoin, process_set, handle); }
+
+Status poll(Handle handle, bool* done) {
+  auto rt = current();
+  if (!rt) return notInitialized();
+  if (done == nullptr) return Status(StatusCode::kInvalidArgument, "poll: done pointer is null");
+  return rt->poll(handle, done);
+}
+
+Status wait(Handle handle, double timeout_seconds, Result* result) {
+  auto rt = current();
+  if (!rt) return notInitialized();
+  return rt->wait(handle, timeout_seconds, result);
+}
+
+Status addProcessSet(const std::vector<int>& ranks, int* process_set) {
+  auto rt = current();
+  if (!rt) return notInitialized();
+  if (process_set == nullptr) return Status(StatusCode::kInvalidArgument, "add_process_set: id pointer is null");
+  return guarded([&] { return rt->addProcessSet(ranks, process_set); });
+}
+
+Status removeProcessSet(int process_set) {
+  auto rt = current();
+  if (!rt) return notInitialized();
+  return guarded([&] { return rt->removeProcessSet(process_set); });
+}
+
+int processSetRank(int process_set) {
+  auto rt = current();
+  return rt ? rt->processSetRank(process_set) : -1;
+}
+
+int processSetSize(int process_set) {
+  auto rt = current();
+  if (!rt) return -1;
+  auto ranks = rt->processSetRanks(process_set);
+  return ranks.empty() ? -1 : static_cast<int>(ranks.size());
+}
+
+std::vector<int> processSetRanks(int process_set) {
+  auto rt = current();
+  return rt ? rt->processSetRanks(process_set) : std::vector<int>();
+}
+
+bool backendBuilt(const std::string& name) { return backendBuiltByName(name); }
+
+std::string cpuBackend() {
+  auto rt = current();
+  return rt ? rt->transportName() : "";
+}
+
+}  // namespace tutti

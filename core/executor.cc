@@ -1,0 +1,197 @@
+#include "core/executor.h"
+
+#include "core/reduce.h"
+
+#include <cstdlib>
+#include <cstring>
+
+namespace tutti {
+namespace {
+
+int64_t rowElements(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (size_t i = 1; i < shape.size(); ++i) n *= shape[i];
+  return n;
+}
+
+int64_t numel(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+// The op's output memory, from the caller's allocator or malloc.
+void* allocateOutput(TensorEntry& e, const std::vector<int64_t>& shape, int64_t nbytes) {
+  void* out = e.allocator ? e.allocator(shape) : std::malloc(nbytes > 0 ? nbytes : 1);
+  if (out == nullptr && nbytes > 0)
+    throwError(StatusCode::kInternal, std::string(opTypeName(e.request.op)) + " '" +
+                                          e.request.name + "': cannot allocate " +
+                                          std::to_string(nbytes) + " bytes for the output");
+  e.handle->result.data = out;
+  e.handle->result.nbytes = nbytes;
+  e.handle->result.shape = shape;
+  return out;
+}
+
+void finish(TensorEntry& e, const Status& status = Status::OK()) {
+  HandleTable::complete(*e.handle, status);
+}
+
+}  // namespace
+
+Backend* Executor::pick(ProcessSet& set, OpType op, DataType dtype, DeviceType device) const {
+  for (auto& b : set.backends)
+    if (b->supports(op, dtype, device)) return b.get();
+  return nullptr;
+}
+
+void Executor::run(const Response& r, ProcessSet& set) {
+  std::vector<std::optional<TensorEntry>> entries;
+  for (const auto& name : r.names) entries.push_back(set.queue.take(name));
+
+  if (r.type == ResponseType::kError) {
+    for (auto& e : entries)
+      if (e) finish(*e, Status(r.error_code, r.error_message));
+    return;
+  }
+  if (r.op == OpType::kBarrier || r.op == OpType::kJoin) {
+    for (auto& e : entries) {
+      if (!e) continue;
+      e->handle->result.last_joined_rank = r.value;
+      finish(*e);
+    }
+    return;
+  }
+  Backend* backend = pick(set, r.op, r.dtype, r.device);
+  if (backend == nullptr) {
+    std::string message = std::string(opTypeName(r.op)) + " '" + r.names[0] + "': no backend of this build supports " +
+                          opTypeName(r.op) + " of " + dataTypeName(r.dtype) + " tensors on " +
+                          deviceTypeName(r.device);
+    for (auto& e : entries)
+      if (e) finish(*e, Status(StatusCode::kUnsupported, message));
+    return;
+  }
+  if (r.op == OpType::kAllreduce) return allreduce(r, set, *backend, entries);
+
+  if (!entries[0])
+    throwError(StatusCode::kInternal, std::string(opTypeName(r.op)) + " '" + r.names[0] +
+                                          "' was agreed but this rank holds no such tensor");
+  TensorEntry& e = *entries[0];
+  Deadline deadline = deadlineAfter(config_.timeout_seconds);
+  switch (r.op) {
+    case OpType::kBroadcast:
+      backend->broadcast(e.output, r.counts[0], r.dtype, r.root, deadline);
+      break;
+    case OpType::kAllgather: allgather(r, set, *backend, e); break;
+    case OpType::kAlltoall: alltoall(r, set, *backend, e); break;
+    case OpType::kReducescatter: reducescatter(r, set, *backend, e); break;
+    default:
+      throwError(StatusCode::kInternal, std::string("executor: unexpected op ") + opTypeName(r.op));
+  }
+  finish(e);
+}
+
+void Executor::allreduce(const Response& r, ProcessSet& set, Backend& b,
+                         std::vector<std::optional<TensorEntry>>& entries) {
+  const DataType dtype = r.dtype;
+  const int64_t esize = dataTypeBytes(dtype);
+  const ReduceOp op = r.reduce_op == ReduceOp::kAverage ? ReduceOp::kSum : r.reduce_op;
+  const double post = r.postscale * (r.reduce_op == ReduceOp::kAverage ? 1.0 / set.size() : 1.0);
+  const bool on_host = r.device == DeviceType::kCpu;
+  if (!on_host && (r.prescale != 1.0 || post != 1.0))
+    throwError(StatusCode::kUnsupported,
+               "allreduce '" + r.names[0] + "': average and scale factors on CUDA tensors are not supported yet");
+  Deadline deadline = deadlineAfter(config_.timeout_seconds);
+
+  if (entries.size() == 1 && entries[0]) {  // one tensor: reduce straight into its output
+    TensorEntry& e = *entries[0];
+    const void* in = e.input;
+    if (r.prescale != 1.0) {
+      scaleInto(in, e.output, r.counts[0], dtype, r.prescale);
+      in = e.output;
+    }
+    b.allreduce(in, e.output, r.counts[0], dtype, op, deadline);
+    if (post != 1.0) scaleInto(e.output, e.output, r.counts[0], dtype, post);
+    finish(e);
+    return;
+  }
+  if (!on_host)
+    throwError(StatusCode::kInternal, "allreduce '" + r.names[0] + "': CUDA tensors are never fused");
+  int64_t total = 0;
+  for (int64_t c : r.counts) total += c;
+  char* buf = static_cast<char*>(fusion_.reserve(static_cast<size_t>(total * esize)));
+  int64_t offset = 0;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    char* dst = buf + offset * esize;
+    if (entries[i])
+      scaleInto(entries[i]->input, dst, r.counts[i], dtype, r.prescale);
+    else  // joined: this rank contributes zeros
+      std::memset(dst, 0, static_cast<size_t>(r.counts[i] * esize));
+    offset += r.counts[i];
+  }
+  b.allreduce(buf, buf, total, dtype, op, deadline);
+  offset = 0;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    if (entries[i]) {
+      scaleInto(buf + offset * esize, entries[i]->output, r.counts[i], dtype, post);
+      finish(*entries[i]);
+    }
+    offset += r.counts[i];
+  }
+}
+
+void Executor::allgather(const Response& r, ProcessSet& set, Backend& b, TensorEntry& e) {
+  const auto& shape = e.request.shape;
+  const int64_t row = rowElements(shape);
+  std::vector<int64_t> counts(set.size());
+  std::vector<int64_t> out_shape = shape;
+  out_shape[0] = 0;
+  for (int i = 0; i < set.size(); ++i) {
+    counts[i] = r.first_dims[i] * row;
+    out_shape[0] += r.first_dims[i];
+  }
+  void* out = allocateOutput(e, out_shape, numel(out_shape) * dataTypeBytes(r.dtype));
+  b.allgatherv(e.input, out, counts, r.dtype, deadlineAfter(config_.timeout_seconds));
+}
+
+void Executor::alltoall(const Response& r, ProcessSet& set, Backend& b, TensorEntry& e) {
+  const int n = set.size(), me = set.rank;
+  const int64_t row = rowElements(e.request.shape);
+  std::vector<int64_t> send(n), recv(n), recv_splits(n);
+  std::vector<int64_t> out_shape = e.request.shape;
+  out_shape[0] = 0;
+  for (int j = 0; j < n; ++j) {
+    send[j] = r.splits[static_cast<size_t>(me) * n + j] * row;
+    recv_splits[j] = r.splits[static_cast<size_t>(j) * n + me];
+    recv[j] = recv_splits[j] * row;
+    out_shape[0] += recv_splits[j];
+  }
+  void* out = allocateOutput(e, out_shape, numel(out_shape) * dataTypeBytes(r.dtype));
+  e.handle->result.recv_splits = recv_splits;
+  b.alltoallv(e.input, send, out, recv, r.dtype, deadlineAfter(config_.timeout_seconds));
+}
+
+void Executor::reducescatter(const Response& r, ProcessSet& set, Backend& b, TensorEntry& e) {
+  const int n = set.size();
+  const auto& shape = e.request.shape;
+  const int64_t rows = shape.empty() ? 1 : shape[0];
+  const int64_t row = rowElements(shape);
+  std::vector<int64_t> counts(n);
+  for (int i = 0; i < n; ++i) counts[i] = (rows / n + (i < rows % n ? 1 : 0)) * row;
+  std::vector<int64_t> out_shape = shape.empty() ? std::vector<int64_t>{1} : shape;
+  out_shape[0] = rows / n + (set.rank < rows % n ? 1 : 0);
+  const int64_t esize = dataTypeBytes(r.dtype);
+  void* out = allocateOutput(e, out_shape, counts[set.rank] * esize);
+  const void* in = e.input;
+  if (r.prescale != 1.0) {
+    void* scaled = fusion_.reserve(static_cast<size_t>(r.counts[0] * esize));
+    scaleInto(in, scaled, r.counts[0], r.dtype, r.prescale);
+    in = scaled;
+  }
+  const ReduceOp op = r.reduce_op == ReduceOp::kAverage ? ReduceOp::kSum : r.reduce_op;
+  b.reducescatter(in, out, counts, r.dtype, op, deadlineAfter(config_.timeout_seconds));
+  const double post = r.postscale * (r.reduce_op == ReduceOp::kAverage ? 1.0 / n : 1.0);
+  if (post != 1.0) scaleInto(out, out, counts[set.rank], r.dtype, post);
+}
+
+}  // namespace tutti

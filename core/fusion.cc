@@ -1,0 +1,65 @@
+#include "core/fusion.h"
+
+#include <cstdlib>
+#include <new>
+
+namespace tutti {
+namespace {
+
+bool fusible(const Response& r) {
+  return r.type == ResponseType::kOp && r.op == OpType::kAllreduce &&
+         r.device == DeviceType::kCpu;
+}
+
+bool sameKind(const Response& a, const Response& b) {
+  return a.dtype == b.dtype && a.reduce_op == b.reduce_op && a.prescale == b.prescale &&
+         a.postscale == b.postscale && a.device == b.device;
+}
+
+int64_t bytesOf(const Response& r) {
+  int64_t n = 0;
+  for (int64_t c : r.counts) n += c;
+  return n * dataTypeBytes(r.dtype);
+}
+
+}  // namespace
+
+std::vector<Response> planFusion(std::vector<Response> responses, int64_t threshold) {
+  std::vector<Response> out;
+  std::vector<bool> used(responses.size(), false);
+  for (size_t i = 0; i < responses.size(); ++i) {
+    if (used[i]) continue;
+    used[i] = true;
+    Response fused = std::move(responses[i]);
+    if (fusible(fused)) {
+      int64_t bytes = bytesOf(fused);
+      for (size_t j = i + 1; j < responses.size() && bytes < threshold; ++j) {
+        if (used[j] || !fusible(responses[j]) || !sameKind(fused, responses[j])) continue;
+        int64_t more = bytesOf(responses[j]);
+        if (bytes + more > threshold) continue;
+        bytes += more;
+        used[j] = true;
+        for (auto& name : responses[j].names) fused.names.push_back(std::move(name));
+        fused.counts.insert(fused.counts.end(), responses[j].counts.begin(),
+                            responses[j].counts.end());
+      }
+    }
+    out.push_back(std::move(fused));
+  }
+  return out;
+}
+
+void FusionBuffer::Free::operator()(void* p) const { std::free(p); }
+
+void* FusionBuffer::reserve(size_t bytes) {
+  if (bytes <= capacity_ && data_) return data_.get();
+  size_t want = bytes < 64 ? 64 : bytes;
+  want = (want + 4095) / 4096 * 4096;
+  void* p = std::aligned_alloc(4096, want);
+  if (p == nullptr) throwError(StatusCode::kInternal, "fusion buffer: cannot allocate " + std::to_string(want) + " bytes");
+  data_.reset(p);
+  capacity_ = want;
+  return p;
+}
+
+}  // namespace tutti

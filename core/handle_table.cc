@@ -1,0 +1,78 @@
+#include "core/handle_table.h"
+
+#include <thread>
+#include <vector>
+
+namespace tutti {
+
+std::shared_ptr<HandleState> HandleTable::create(int parts, Callback callback) {
+  auto state = std::make_shared<HandleState>();
+  state->remaining = parts;
+  state->callback = std::move(callback);
+  std::lock_guard<std::mutex> lock(mu_);
+  state->id = next_++;
+  handles_[state->id] = state;
+  return state;
+}
+
+std::shared_ptr<HandleState> HandleTable::find(Handle handle) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = handles_.find(handle);
+  return it == handles_.end() ? nullptr : it->second;
+}
+
+void HandleTable::release(Handle handle) {
+  std::lock_guard<std::mutex> lock(mu_);
+  handles_.erase(handle);
+}
+
+void HandleTable::complete(HandleState& state, const Status& status) {
+  Callback callback;
+  Status final_status;
+  {
+    std::lock_guard<std::mutex> lock(state.mu);
+    if (state.done) return;
+    if (!status.ok() && state.status.ok()) state.status = status;
+    if (--state.remaining > 0) return;
+    state.done = true;
+    callback = std::move(state.callback);
+    final_status = state.status;
+  }
+  state.cv.notify_all();
+  if (callback) callback(state.id, final_status);
+}
+
+Status HandleTable::wait(HandleState& state, Deadline deadline) {
+  // A short spin first: a small op often finishes within microseconds, and a futex
+  // sleep/wake costs more than that.
+  auto spin_until = Clock::now() + std::chrono::microseconds(30);
+  while (Clock::now() < spin_until) {
+    {
+      std::lock_guard<std::mutex> lock(state.mu);
+      if (state.done) return state.status;
+    }
+    std::this_thread::yield();
+  }
+  std::unique_lock<std::mutex> lock(state.mu);
+  if (!state.cv.wait_until(lock, deadline, [&] { return state.done; }))
+    return Status(StatusCode::kInProgress, "still running after the wait's timeout");
+  return state.status;
+}
+
+void HandleTable::failAll(const Status& status) {
+  std::vector<std::shared_ptr<HandleState>> open;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& kv : handles_) open.push_back(kv.second);
+  }
+  for (auto& state : open) {
+    {
+      std::lock_guard<std::mutex> lock(state->mu);
+      if (state->done) continue;
+      state->remaining = 1;
+    }
+    complete(*state, status);
+  }
+}
+
+}  // namespace tutti

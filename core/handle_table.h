@@ -1,0 +1,49 @@
+// Handles: what the caller waits on. Thread-safe: created by API threads, completed by the
+// background thread, waited on/polled/released by API threads.
+#pragma once
+
+#include "core/common.h"
+
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+
+namespace tutti {
+
+struct HandleState {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  int remaining = 1;  // parts still running (grouped allreduce has one per tensor)
+  Status status;      // the first error of any part
+  Result result;
+  Callback callback;
+  Handle id = 0;
+  int value = -1;  // add_process_set: the new id
+};
+
+class HandleTable {
+ public:
+  // A new handle that completes after `parts` calls of complete().
+  std::shared_ptr<HandleState> create(int parts, Callback callback);
+  std::shared_ptr<HandleState> find(Handle handle);
+  void release(Handle handle);
+
+  // Completes one part. The handle is done once every part has completed; then waiters wake
+  // and the callback runs (on the calling thread).
+  static void complete(HandleState& state, const Status& status);
+
+  // Waits until done or the deadline. kInProgress if not done in time, else the op's status.
+  static Status wait(HandleState& state, Deadline deadline);
+
+  // Completes every open handle with `status` (shutdown, fatal error).
+  void failAll(const Status& status);
+
+ private:
+  std::mutex mu_;
+  Handle next_ = 1;
+  std::unordered_map<Handle, std::shared_ptr<HandleState>> handles_;
+};
+
+}  // namespace tutti

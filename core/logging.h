@@ -1,0 +1,38 @@
+// Minimal leveled logging to stderr, one whole line per message, prefixed with the rank.
+#pragma once
+
+#include "core/config.h"
+
+#include <sstream>
+
+namespace tutti {
+
+void setLogLevel(LogLevel level);
+void setLogRank(int rank);
+bool logEnabled(LogLevel level);
+void logLine(LogLevel level, const std::string& message);
+
+namespace detail {
+struct Voidify {
+  void operator&(std::ostream&) {}
+};
+
+class LogMessage {
+ public:
+  explicit LogMessage(LogLevel level) : level_(level) {}
+  ~LogMessage() { logLine(level_, stream_.str()); }
+  std::ostringstream& stream() { return stream_; }
+
+ private:
+  LogLevel level_;
+  std::ostringstream stream_;
+};
+}  // namespace detail
+
+}  // namespace tutti
+
+#define TUTTI_LOG(level)                                 \
+  !::tutti::logEnabled(::tutti::LogLevel::level)         \
+      ? (void)0                                          \
+      : ::tutti::detail::Voidify() &                     \
+            ::tutti::detail::LogMessage(::tutti::LogLevel::level).stream()

@@ -1,0 +1,105 @@
+// The Runtime owns everything of one initialized Tutti: the transport, the process sets
+// (queues, coordinators, control planes, backends), the executor with its fusion buffer,
+// the handle table and the background thread. No global state: the C/C++ API holds the
+// one Runtime. Public methods are thread-safe.
+//
+// The background thread runs rounds. One round:
+//   1. Wait: not at all when this rank has new work or the last round had new work
+//      anywhere and this rank still has work in flight; otherwise until work is enqueued,
+//      or for the idle time (TUTTI_CYCLE_TIME_MS, doubling up to 32x while the job is idle),
+//      so that ranks with nothing to do still join rounds others started.
+//   2. AND-allreduce on the global set of one bit vector: bit 0 "not shutting down", bit
+//      1+i "no new requests for process set i" (non-members send 1).
+//   3. For each process set, in id order, whose bit came back 0: its members gather their
+//      new requests at the set's rank 0, which decides (Coordinator) and broadcasts the
+//      ordered responses.
+//   4. Every member plans fusion over the responses (pure, so identical everywhere) and
+//      executes them in order; add/remove process set responses change the set table.
+//   5. If bit 0 came back 0, every rank stops: open handles fail with a shutdown error.
+// A backend error or timeout is fatal: it is recorded (sticky), every open handle fails
+// with it, the backends are aborted and the thread exits.
+#pragma once
+
+#include "backends/backend.h"
+#include "core/config.h"
+#include "core/executor.h"
+#include "core/handle_table.h"
+#include "core/process_set.h"
+
+#include <atomic>
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+namespace tutti {
+
+class Runtime {
+ public:
+  // Connects to the job (collective over all ranks) and starts the background thread.
+  // Throws Error on a bad setting or a failed connection.
+  explicit Runtime(Config config);
+  // With a transport made by the caller (unit tests: threads over one loopback hub).
+  Runtime(Config config, std::unique_ptr<Transport> transport);
+  ~Runtime();
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+
+  // Stops the background thread (telling every rank) and releases the transport. Idempotent.
+  void shutdown();
+
+  const Config& config() const { return config_; }
+  const Topology& topology() const { return config_.topology; }
+  std::string transportName() const;
+
+  // Validates the entries and queues them under one handle (grouped when more than one).
+  Status submit(int process_set, std::vector<TensorEntry> entries, Callback callback,
+                Handle* handle);
+  Status poll(Handle handle, bool* done);
+  Status wait(Handle handle, double timeout_seconds, Result* result);
+
+  // Collective over all ranks; blocks until every rank has registered the same set.
+  Status addProcessSet(std::vector<int> ranks, int* id);
+  Status removeProcessSet(int id);
+  std::vector<int> processSetRanks(int id) const;  // empty when unknown
+  int processSetRank(int id) const;                // -1 when unknown or not a member
+
+  // The sticky error that stopped the runtime; OK while it runs.
+  Status stoppedStatus() const;
+
+ private:
+  std::shared_ptr<ProcessSet> findSet(int id) const;
+  std::shared_ptr<ProcessSet> createSet(int id, std::vector<int> ranks);
+  void loop();
+  bool runRound(bool* had_work);  // false once the job stops
+  void negotiate(ProcessSet& set, std::vector<Request> mine, bool stall_fatal_root,
+                 std::vector<Response>* responses, std::string* fatal);
+  std::string checkStalls(ProcessSet& set);  // root: warns; returns a fatal message if due
+  void applySetChange(const Response& response);
+  void stop(const Status& status);
+  bool busy() const;
+
+  Config config_;
+  std::unique_ptr<Transport> transport_;
+  HandleTable handles_;
+  Executor executor_;
+
+  mutable std::mutex sets_mu_;
+  std::map<int, std::shared_ptr<ProcessSet>> sets_;
+  int next_set_id_ = 1;  // background thread only
+
+  std::mutex wake_mu_;
+  std::condition_variable wake_cv_;
+  bool work_pending_ = false;
+  bool shutdown_requested_ = false;
+
+  mutable std::mutex status_mu_;
+  Status stopped_;  // sticky
+  std::atomic<bool> running_{false};
+  std::map<std::string, Clock::time_point> stall_warned_;
+  std::thread thread_;
+  std::once_flag shutdown_once_;
+};
+
+}  // namespace tutti

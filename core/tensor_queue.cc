@@ -1,0 +1,63 @@
+#include "core/tensor_queue.h"
+
+#include <set>
+
+namespace tutti {
+
+Status TensorQueue::add(std::vector<TensorEntry>& entries) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::set<std::string> names;
+  for (auto& e : entries) {
+    if (e.request.name.empty()) {
+      e.request.name = std::string(opTypeName(e.request.op)) + ".noname." +
+                       std::to_string(noname_counters_[static_cast<int>(e.request.op)]++);
+    }
+    if (entries_.count(e.request.name) || !names.insert(e.request.name).second)
+      return Status(StatusCode::kDuplicateName,
+                    std::string(opTypeName(e.request.op)) + " '" + e.request.name +
+                        "': a tensor of this name is already in flight on this rank; wait for "
+                        "it before submitting the name again");
+  }
+  for (auto& e : entries) {
+    new_.push_back(e.request);
+    entries_.emplace(e.request.name, std::move(e));
+  }
+  return Status::OK();
+}
+
+std::vector<Request> TensorQueue::popNew() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<Request> out;
+  out.swap(new_);
+  return out;
+}
+
+bool TensorQueue::hasNew() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return !new_.empty();
+}
+
+std::optional<TensorEntry> TensorQueue::take(const std::string& name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = entries_.find(name);
+  if (it == entries_.end()) return std::nullopt;
+  TensorEntry e = std::move(it->second);
+  entries_.erase(it);
+  return e;
+}
+
+size_t TensorQueue::inFlight() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return entries_.size();
+}
+
+std::vector<TensorEntry> TensorQueue::takeAll() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<TensorEntry> out;
+  for (auto& kv : entries_) out.push_back(std::move(kv.second));
+  entries_.clear();
+  new_.clear();
+  return out;
+}
+
+}  // namespace tutti

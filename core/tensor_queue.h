@@ -1,0 +1,46 @@
+// The tensors this rank has submitted to one process set and not yet finished.
+// Thread-safe: API threads add, the background thread pops new requests and takes entries
+// to execute them.
+#pragma once
+
+#include "core/handle_table.h"
+#include "core/message.h"
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace tutti {
+
+struct TensorEntry {
+  Request request;
+  const void* input = nullptr;
+  void* output = nullptr;
+  OutputAllocator allocator;  // allgather/alltoall/reducescatter output; malloc when empty
+  std::shared_ptr<HandleState> handle;
+};
+
+class TensorQueue {
+ public:
+  // Adds all entries or none: kDuplicateName if a name is already in flight here (or twice
+  // in `entries`). Empty names get "<op>.noname.<n>".
+  Status add(std::vector<TensorEntry>& entries);
+  // Requests added since the last call, in submission order.
+  std::vector<Request> popNew();
+  bool hasNew() const;
+  std::optional<TensorEntry> take(const std::string& name);
+  size_t inFlight() const;
+  // Removes every entry; their handles are the caller's to complete.
+  std::vector<TensorEntry> takeAll();
+
+ private:
+  mutable std::mutex mu_;
+  std::map<std::string, TensorEntry> entries_;
+  std::vector<Request> new_;
+  std::map<int, int64_t> noname_counters_;  // per OpType
+};
+
+}  // namespace tutti

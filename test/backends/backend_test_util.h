@@ -1,0 +1,158 @@
+// Deterministic inputs and independent (double-precision) references for backend tests.
+// Every rank can compute every rank's input from (rank, index, op), so a test checks its
+// result without exchanging anything. Inputs are small integers chosen so that every
+// reduction is exact in every dtype (no overflow, no rounding): a mismatch is a real bug.
+#pragma once
+
+#include "core/common.h"
+#include "core/reduce.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace tutti {
+namespace test {
+
+inline const std::vector<DataType>& allDataTypes() {
+  static const std::vector<DataType> all = {
+      DataType::kUInt8,   DataType::kInt8,     DataType::kUInt16,  DataType::kInt16,
+      DataType::kInt32,   DataType::kInt64,    DataType::kFloat16, DataType::kBFloat16,
+      DataType::kFloat32, DataType::kFloat64,  DataType::kBool};
+  return all;
+}
+
+inline const std::vector<ReduceOp>& allReduceOps() {
+  static const std::vector<ReduceOp> all = {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax,
+                                            ReduceOp::kProduct};
+  return all;
+}
+
+inline bool isSigned(DataType dtype) {
+  return dtype != DataType::kUInt8 && dtype != DataType::kUInt16 && dtype != DataType::kBool;
+}
+
+inline void storeValue(DataType dtype, void* buf, int64_t i, double v) {
+  switch (dtype) {
+    case DataType::kUInt8: static_cast<uint8_t*>(buf)[i] = static_cast<uint8_t>(v); return;
+    case DataType::kInt8: static_cast<int8_t*>(buf)[i] = static_cast<int8_t>(v); return;
+    case DataType::kUInt16: static_cast<uint16_t*>(buf)[i] = static_cast<uint16_t>(v); return;
+    case DataType::kInt16: static_cast<int16_t*>(buf)[i] = static_cast<int16_t>(v); return;
+    case DataType::kInt32: static_cast<int32_t*>(buf)[i] = static_cast<int32_t>(v); return;
+    case DataType::kInt64: static_cast<int64_t*>(buf)[i] = static_cast<int64_t>(v); return;
+    case DataType::kFloat16:
+      static_cast<uint16_t*>(buf)[i] = floatToHalf(static_cast<float>(v));
+      return;
+    case DataType::kBFloat16:
+      static_cast<uint16_t*>(buf)[i] = floatToBfloat16(static_cast<float>(v));
+      return;
+    case DataType::kFloat32: static_cast<float*>(buf)[i] = static_cast<float>(v); return;
+    case DataType::kFloat64: static_cast<double*>(buf)[i] = v; return;
+    case DataType::kBool: static_cast<uint8_t*>(buf)[i] = v != 0 ? 1 : 0; return;
+  }
+}
+
+inline double loadValue(DataType dtype, const void* buf, int64_t i) {
+  switch (dtype) {
+    case DataType::kUInt8: return static_cast<const uint8_t*>(buf)[i];
+    case DataType::kInt8: return static_cast<const int8_t*>(buf)[i];
+    case DataType::kUInt16: return static_cast<const uint16_t*>(buf)[i];
+    case DataType::kInt16: return static_cast<const int16_t*>(buf)[i];
+    case DataType::kInt32: return static_cast<const int32_t*>(buf)[i];
+    case DataType::kInt64: return static_cast<double>(static_cast<const int64_t*>(buf)[i]);
+    case DataType::kFloat16: return halfToFloat(static_cast<const uint16_t*>(buf)[i]);
+    case DataType::kBFloat16: return bfloat16ToFloat(static_cast<const uint16_t*>(buf)[i]);
+    case DataType::kFloat32: return static_cast<const float*>(buf)[i];
+    case DataType::kFloat64: return static_cast<const double*>(buf)[i];
+    case DataType::kBool: return static_cast<const uint8_t*>(buf)[i] != 0 ? 1 : 0;
+  }
+  return 0;
+}
+
+// Input of `rank` (of `n`) at element i for a reduction with `op`, plus a `salt` that
+// varies it between cases. Sums stay within [-40, 80], products are 1 except on one rank.
+inline double inputValue(DataType dtype, ReduceOp op, int rank, int n, int64_t i, int salt) {
+  if (dtype == DataType::kBool) return ((rank * 5 + i + salt) % 4) != 0 ? 1 : 0;
+  if (op == ReduceOp::kProduct) {
+    if ((i + salt) % n != rank) return 1;
+    return (i % 2 && isSigned(dtype)) ? -1 : 2;
+  }
+  int64_t v = (rank * 7 + i * 3 + salt) % 11;
+  return isSigned(dtype) ? static_cast<double>(v - 5) : static_cast<double>(v);
+}
+
+inline double reduceReference(DataType dtype, ReduceOp op, int n, int64_t i, int salt) {
+  double acc = inputValue(dtype, op, 0, n, i, salt);
+  for (int r = 1; r < n; ++r) {
+    double v = inputValue(dtype, op, r, n, i, salt);
+    bool logical = dtype == DataType::kBool;
+    switch (op) {
+      case ReduceOp::kSum:
+      case ReduceOp::kAverage: acc = logical ? double(acc || v) : acc + v; break;
+      case ReduceOp::kMin: acc = std::min(acc, v); break;
+      case ReduceOp::kMax: acc = std::max(acc, v); break;
+      case ReduceOp::kProduct: acc = logical ? double(acc && v) : acc * v; break;
+    }
+  }
+  return acc;
+}
+
+inline std::vector<uint8_t> makeInput(DataType dtype, ReduceOp op, int rank, int n,
+                                      int64_t count, int salt) {
+  std::vector<uint8_t> buf(static_cast<size_t>(std::max<int64_t>(count, 1) *
+                                               dataTypeBytes(dtype)));
+  for (int64_t i = 0; i < count; ++i)
+    storeValue(dtype, buf.data(), i, inputValue(dtype, op, rank, n, i, salt));
+  return buf;
+}
+
+// Bytes that identify (rank, element): for data-movement ops. bool stays 0/1.
+inline uint8_t patternByte(DataType dtype, int rank, int64_t byte_index, int salt) {
+  uint8_t b = static_cast<uint8_t>((rank * 131 + byte_index * 7 + salt * 17 + 1) & 0xff);
+  return dtype == DataType::kBool ? (b & 1) : b;
+}
+
+// Collects failures from rank threads (Catch2 assertions are not thread-safe).
+class Failures {
+ public:
+  void add(const std::string& message) {
+    std::lock_guard<std::mutex> lock(mu_);
+    list_.push_back(message);
+  }
+  std::vector<std::string> list() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return list_;
+  }
+  std::string summary() {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::string s = std::to_string(list_.size()) + " failure(s)";
+    for (size_t i = 0; i < list_.size() && i < 10; ++i) s += "\n  " + list_[i];
+    return s;
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<std::string> list_;
+};
+
+// Compares `got` element-wise with the reduction reference; reports the first mismatch.
+inline void checkReduced(Failures& failures, const std::string& what, DataType dtype,
+                         ReduceOp op, int n, const void* got, int64_t first, int64_t count,
+                         int salt) {
+  for (int64_t i = 0; i < count; ++i) {
+    double expected = reduceReference(dtype, op, n, first + i, salt);
+    double actual = loadValue(dtype, got, i);
+    if (actual != expected) {
+      failures.add(what + " " + dataTypeName(dtype) + " " + reduceOpName(op) + " element " +
+                   std::to_string(first + i) + ": expected " + std::to_string(expected) +
+                   ", got " + std::to_string(actual));
+      return;
+    }
+  }
+}
+
+}  // namespace test
+}  // namespace tutti
