@@ -82,12 +82,22 @@ def test_alltoall_bad_splits(rank, size):
 
 
 def test_duplicate_name(rank, size):
+    if size == 1:
+        pytest.skip("a lone rank's op may finish before the duplicate is submitted")
     tensor = torch.ones(10)
-    first = hvd.allreduce_async(tensor, name="err.duplicate", op=hvd.Sum)
-    with pytest.raises(ValueError) as info:
-        hvd.allreduce_async(tensor, name="err.duplicate", op=hvd.Sum)
-    assert isinstance(info.value, hvd.DuplicateNameError)
-    assert "err.duplicate" in str(info.value)
+    # Rank 0 submits first; the others submit only after the barrier, which rank 0 enters
+    # after its duplicate attempt, so the first op is still in flight then.
+    if rank == 0:
+        first = hvd.allreduce_async(tensor, name="err.duplicate", op=hvd.Sum)
+        with pytest.raises(ValueError) as info:
+            hvd.allreduce_async(tensor, name="err.duplicate", op=hvd.Sum)
+        assert isinstance(info.value, hvd.DuplicateNameError)
+        assert info.value.code == 10  # TUTTI_ERR_DUPLICATE_NAME
+        assert "err.duplicate" in str(info.value)
+        hvd.barrier()
+    else:
+        hvd.barrier()
+        first = hvd.allreduce_async(tensor, name="err.duplicate", op=hvd.Sum)
     assert torch.equal(hvd.synchronize(first), torch.full((10,), float(size)))
     # Reusing the name after completion is fine.
     second = hvd.allreduce_async(tensor, name="err.duplicate", op=hvd.Sum)
