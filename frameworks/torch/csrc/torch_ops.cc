@@ -12,8 +12,6 @@
 
 #include <tutti/tutti.hpp>
 
-#include <cstdlib>
-#include <cstring>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
@@ -139,21 +137,25 @@ class OutputSlot {
     }
   }
 
-  // The output after a successful wait; `result` covers an op that bypassed the allocator.
+  // The output after a successful wait. Tutti only writes through our allocator, so an
+  // output it never asked for has no elements.
   at::Tensor take(const Result& result) {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (tensor_.defined() && tensor_.sizes().vec() == result.shape) return tensor_;
-    at::Tensor tensor = at::empty(result.shape, options_);
-    if (result.data != nullptr) {
-      if (result.nbytes != tensor.numel() * tensor.element_size()) {
+    if (!tensor_.defined()) {
+      at::Tensor tensor = at::empty(result.shape, options_);
+      if (tensor.numel() != 0) {
         throw StatusError(StatusCode::kInternal,
-                          "tutti.torch: output of " + std::to_string(result.nbytes) +
-                              " bytes does not match its shape " + c10::str(tensor.sizes()));
+                          "tutti.torch: the runtime reported an output of shape " +
+                              c10::str(tensor.sizes()) + " without allocating it");
       }
-      std::memcpy(tensor.data_ptr(), result.data, static_cast<size_t>(result.nbytes));
-      std::free(result.data);
+      return tensor;
     }
-    return tensor;
+    if (tensor_.sizes().vec() != result.shape) {
+      throw StatusError(StatusCode::kInternal,
+                        "tutti.torch: output allocated with shape " + c10::str(tensor_.sizes()) +
+                            " but the runtime reported " + c10::str(at::IntArrayRef(result.shape)));
+    }
+    return tensor_;
   }
 
  private:
