@@ -1,6 +1,8 @@
 // In-process transport: ranks are threads sharing one LoopbackHub. Used by the unit tests
 // (threads as ranks) and for a world of one. Real data movement through shared memory,
-// with deadlines; a timeout poisons the hub so every thread fails fast.
+// with deadlines; a timeout or abort() poisons the group (both its control plane and its
+// data plane) so every member fails fast with the same error. Groups with different ids
+// are independent: several can run at once on different threads.
 #pragma once
 
 #include "backends/backend.h"

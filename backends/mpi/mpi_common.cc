@@ -1,0 +1,222 @@
+#include "backends/mpi/mpi_common.h"
+
+#include "core/reduce.h"
+
+#include <sched.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <thread>
+
+namespace tutti {
+namespace detail {
+namespace {
+
+// MPI user op: inout[i] = in[i] (op) inout[i], computed in float by the shared kernel.
+template <DataType D, ReduceOp O>
+void reduce16(void* in, void* inout, int* len, MPI_Datatype*) {
+  reduceInto(inout, in, *len, D, O);
+}
+
+using UserFunction = void (*)(void*, void*, int*, MPI_Datatype*);
+
+template <DataType D>
+void makeOps(MPI_Op (&ops)[4]) {
+  const UserFunction functions[4] = {reduce16<D, ReduceOp::kSum>, reduce16<D, ReduceOp::kMin>,
+                                     reduce16<D, ReduceOp::kMax>,
+                                     reduce16<D, ReduceOp::kProduct>};
+  for (int i = 0; i < 4; ++i)
+    checkMpi(MPI_Op_create(functions[i], /*commute=*/1, &ops[i]), "MPI_Op_create",
+             "mpi transport");
+}
+
+int opIndex(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return 0;
+    case ReduceOp::kMin: return 1;
+    case ReduceOp::kMax: return 2;
+    case ReduceOp::kProduct: return 3;
+    case ReduceOp::kAverage: break;
+  }
+  throwError(StatusCode::kInvalidArgument,
+             "mpi backend: reduce op average must be turned into sum + scale by the core");
+}
+
+}  // namespace
+
+MpiShared::MpiShared(bool initialized_here, int64_t max_message_elements)
+    : initialized_here_(initialized_here), max_message_elements_(max_message_elements) {
+  checkMpi(MPI_Type_contiguous(2, MPI_BYTE, &two_bytes_), "MPI_Type_contiguous",
+           "mpi transport");
+  checkMpi(MPI_Type_commit(&two_bytes_), "MPI_Type_commit", "mpi transport");
+  makeOps<DataType::kFloat16>(half_ops_);
+  makeOps<DataType::kBFloat16>(bfloat_ops_);
+}
+
+MpiShared::~MpiShared() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized) return;
+  for (MPI_Op* ops : {half_ops_, bfloat_ops_})
+    for (int i = 0; i < 4; ++i)
+      if (ops[i] != MPI_OP_NULL) MPI_Op_free(&ops[i]);
+  if (two_bytes_ != MPI_DATATYPE_NULL) MPI_Type_free(&two_bytes_);
+  if (!initialized_here_) return;
+  // A request abandoned by a timeout may have completed since (the late peer arrived);
+  // give the stragglers a moment, and skip MPI_Finalize only if one is still pending.
+  std::lock_guard<std::mutex> lock(mu_);
+  Deadline grace = deadlineAfter(1.0);
+  bool pending = false;
+  for (MPI_Request& request : abandoned_) {
+    int done = 0;
+    while (MPI_Test(&request, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && !done &&
+           Clock::now() < grace)
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    if (!done) pending = true;
+  }
+  if (!pending) MPI_Finalize();
+}
+
+MPI_Datatype MpiShared::datatype(DataType dtype) const {
+  switch (dtype) {
+    case DataType::kUInt8: return MPI_UINT8_T;
+    case DataType::kInt8: return MPI_INT8_T;
+    case DataType::kUInt16: return MPI_UINT16_T;
+    case DataType::kInt16: return MPI_INT16_T;
+    case DataType::kInt32: return MPI_INT32_T;
+    case DataType::kInt64: return MPI_INT64_T;
+    case DataType::kFloat16:
+    case DataType::kBFloat16: return two_bytes_;
+    case DataType::kFloat32: return MPI_FLOAT;
+    case DataType::kFloat64: return MPI_DOUBLE;
+    case DataType::kBool: return MPI_UINT8_T;  // 0/1 bytes; reduced with MPI_LOR / MPI_LAND
+  }
+  throwError(StatusCode::kInvalidArgument,
+             "mpi backend: unknown dtype " + std::to_string(static_cast<int>(dtype)));
+}
+
+MPI_Op MpiShared::reduceOp(DataType dtype, ReduceOp op) const {
+  int index = opIndex(op);
+  if (dtype == DataType::kFloat16) return half_ops_[index];
+  if (dtype == DataType::kBFloat16) return bfloat_ops_[index];
+  if (dtype == DataType::kBool) return (index == 0 || index == 2) ? MPI_LOR : MPI_LAND;
+  const MPI_Op predefined[4] = {MPI_SUM, MPI_MIN, MPI_MAX, MPI_PROD};
+  return predefined[index];
+}
+
+void MpiShared::abandon(MPI_Request request) {
+  std::lock_guard<std::mutex> lock(mu_);
+  abandoned_.push_back(request);
+}
+
+void MpiPoison::throwIfPoisoned() const {
+  if (!poisoned()) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  throw Error(code_, message_);
+}
+
+void MpiPoison::poison(StatusCode code, const std::string& message) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (poisoned_.load(std::memory_order_relaxed)) return;
+  code_ = code;
+  message_ = message;
+  poisoned_.store(true, std::memory_order_release);
+}
+
+void checkMpi(int rc, const char* call, const std::string& where) {
+  if (rc == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  if (MPI_Error_string(rc, text, &length) != MPI_SUCCESS) length = 0;
+  throwError(StatusCode::kBackend, where + ": " + call + " failed with error " +
+                                       std::to_string(rc) + ": " + std::string(text, length));
+}
+
+std::string MpiWhere::operator()(const char* op) const {
+  std::string members = ranks->size() <= 16 ? "world ranks " + joinInts(*ranks)
+                                             : std::to_string(ranks->size()) + " ranks";
+  return "rank " + std::to_string(world_rank) + ": mpi " + op + " on group " +
+         std::to_string(id) + " (" + members + ")";
+}
+
+void waitRequest(MPI_Request& request, Deadline deadline, Clock::time_point start,
+                 const std::string& what, MpiPoison& poison, MpiShared& shared) {
+  using std::chrono::microseconds;
+  microseconds nap(10);
+  for (;;) {
+    int done = 0;
+    int rc = MPI_Test(&request, &done, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS) {
+      shared.abandon(request);
+      checkMpi(rc, "MPI_Test", what);
+    }
+    if (done) return;
+    if (poison.poisoned()) {
+      shared.abandon(request);
+      poison.throwIfPoisoned();
+    }
+    auto now = Clock::now();
+    if (now >= deadline) {
+      char seconds[32];
+      std::snprintf(seconds, sizeof(seconds), "%.1f",
+                    std::chrono::duration<double>(deadline - start).count());
+      shared.abandon(request);
+      poison.poison(StatusCode::kTimeout, what + ": timed out after " + seconds +
+                                              " s waiting for the other members");
+      poison.throwIfPoisoned();
+    }
+    auto waited = now - start;
+    if (waited < microseconds(30)) continue;
+    if (waited < microseconds(200)) {
+      sched_yield();
+      continue;
+    }
+    std::this_thread::sleep_for(nap);
+    nap = std::min(nap * 2, microseconds(200));
+  }
+}
+
+int checkedCount(int64_t count, int64_t limit, const std::string& what) {
+  if (count < 0)
+    throwError(StatusCode::kInvalidArgument, what + ": count must be >= 0, got " +
+                                                 std::to_string(count));
+  if (count > limit)
+    throwError(StatusCode::kUnsupported,
+               what + ": " + std::to_string(count) + " elements (or element offset) exceed " +
+                   "the largest count one MPI call takes (" + std::to_string(limit) + ")");
+  return static_cast<int>(count);
+}
+
+MPI_Comm makeGroupComm(const std::vector<int>& ranks, int id, int kind, Deadline deadline,
+                       const std::string& what, MpiPoison& poison, MpiShared& shared) {
+  int world_size = 0;
+  checkMpi(MPI_Comm_size(MPI_COMM_WORLD, &world_size), "MPI_Comm_size", what);
+  MPI_Comm comm = MPI_COMM_NULL;
+  if (static_cast<int>(ranks.size()) == world_size) {
+    MPI_Request request = MPI_REQUEST_NULL;
+    checkMpi(MPI_Comm_idup(MPI_COMM_WORLD, &comm, &request), "MPI_Comm_idup", what);
+    waitRequest(request, deadline, Clock::now(), what, poison, shared);
+  } else {
+    // MPI_Comm_create_group has no non-blocking form: it waits for the members without
+    // a deadline (they all reach it right after agreeing on the process set).
+    int* tag_ub = nullptr;
+    int found = 0;
+    checkMpi(MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &tag_ub, &found),
+             "MPI_Comm_get_attr(MPI_TAG_UB)", what);
+    int64_t ub = (found && tag_ub) ? *tag_ub : 32767;
+    int tag = static_cast<int>((static_cast<int64_t>(id < 0 ? -id : id) * 2 + kind) % (ub + 1));
+    MPI_Group world_group = MPI_GROUP_NULL, group = MPI_GROUP_NULL;
+    checkMpi(MPI_Comm_group(MPI_COMM_WORLD, &world_group), "MPI_Comm_group", what);
+    int rc = MPI_Group_incl(world_group, static_cast<int>(ranks.size()), ranks.data(), &group);
+    MPI_Group_free(&world_group);
+    checkMpi(rc, "MPI_Group_incl", what);
+    rc = MPI_Comm_create_group(MPI_COMM_WORLD, group, tag, &comm);
+    MPI_Group_free(&group);
+    checkMpi(rc, "MPI_Comm_create_group", what);
+  }
+  checkMpi(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler", what);
+  return comm;
+}
+
+}  // namespace detail
+}  // namespace tutti

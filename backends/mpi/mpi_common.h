@@ -1,0 +1,94 @@
+// Pieces shared by the MPI transport, control plane and backend: the per-transport state
+// (datatypes and user ops for 16-bit floats, abandoned requests), sticky poison, and the
+// deadline wait for non-blocking MPI requests. Internal to backends/mpi.
+#pragma once
+
+#include "backends/backend.h"
+#include "core/common.h"
+
+#include <mpi.h>
+
+#include <atomic>
+#include <climits>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace tutti {
+namespace detail {
+
+// Objects made once per transport and freed with it. Held through shared_ptr by every
+// backend and control plane, so it outlives them. Thread-safe.
+class MpiShared {
+ public:
+  // max_message_elements: the largest count passed to one MPI call (INT_MAX normally;
+  // tests lower it to exercise chunking and the overflow checks).
+  MpiShared(bool initialized_here, int64_t max_message_elements);
+  ~MpiShared();  // frees ops and types, then finalizes MPI if this transport initialized it
+
+  MPI_Datatype datatype(DataType dtype) const;
+  // The MPI op for (dtype, op): predefined ops, logical or/and for bool, user ops for
+  // float16/bfloat16 (computed in float by reduceInto).
+  MPI_Op reduceOp(DataType dtype, ReduceOp op) const;
+  int64_t maxMessageElements() const { return max_message_elements_; }
+
+  // A request that timed out or was aborted: it may still complete when the late peers
+  // arrive, so it is kept and tested once more at shutdown. If any is still pending then,
+  // MPI_Finalize is skipped (it would hang on it).
+  void abandon(MPI_Request request);
+
+ private:
+  bool initialized_here_;
+  int64_t max_message_elements_;
+  MPI_Datatype two_bytes_ = MPI_DATATYPE_NULL;
+  MPI_Op half_ops_[4] = {MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL};
+  MPI_Op bfloat_ops_[4] = {MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL};
+  std::mutex mu_;
+  std::vector<MPI_Request> abandoned_;
+};
+
+// Sticky first error of one group (shared by its control plane and backend). Thread-safe:
+// abort() may come from any thread while the background thread waits.
+class MpiPoison {
+ public:
+  bool poisoned() const { return poisoned_.load(std::memory_order_acquire); }
+  void throwIfPoisoned() const;
+  void poison(StatusCode code, const std::string& message);  // the first one sticks
+
+ private:
+  mutable std::mutex mu_;
+  std::atomic<bool> poisoned_{false};
+  StatusCode code_ = StatusCode::kOk;
+  std::string message_;
+};
+
+// Throws Error(kBackend, "<where>: <call> failed: <MPI error string>") unless rc is success.
+void checkMpi(int rc, const char* call, const std::string& where);
+
+// Names a comm for messages: "rank 3: mpi allreduce on group 2 (world ranks 0, 2)".
+struct MpiWhere {
+  int world_rank = 0;
+  int id = 0;
+  const std::vector<int>* ranks = nullptr;
+  std::string operator()(const char* op) const;
+};
+
+// Waits for `request` until `deadline`: spins ~30 us, then yields, then sleeps with
+// back-off up to 200 us, so that oversubscribed ranks do not starve each other. On
+// timeout or poison (abort from another thread) it abandons the request, poisons (on
+// timeout) and throws.
+void waitRequest(MPI_Request& request, Deadline deadline, Clock::time_point start,
+                 const std::string& what, MpiPoison& poison, MpiShared& shared);
+
+// count as int for an MPI call, or Error(kUnsupported) naming the op and the limit.
+int checkedCount(int64_t count, int64_t limit, const std::string& what);
+
+// Creates the communicator of `ranks` (sorted world ranks): a dup of MPI_COMM_WORLD for
+// the world, else MPI_Comm_create_group with a tag from (id, kind). Collective over the
+// members only. Errors are returned, not fatal, on the new communicator.
+MPI_Comm makeGroupComm(const std::vector<int>& ranks, int id, int kind, Deadline deadline,
+                       const std::string& what, MpiPoison& poison, MpiShared& shared);
+
+}  // namespace detail
+}  // namespace tutti

@@ -1,0 +1,145 @@
+// Open MPI transport: initializes MPI (MPI_THREAD_MULTIPLE) unless the program did, and
+// makes one communicator per control plane and one per backend, so that negotiation and
+// data never share a communicator. Group creation is collective over the members only.
+#include "backends/mpi/mpi_transport.h"
+
+#include "backends/mpi/mpi_backend.h"
+
+#include <algorithm>
+#include <climits>
+#include <map>
+#include <mutex>
+#include <utility>
+
+namespace tutti {
+namespace {
+
+using detail::MpiGroupInfo;
+using detail::MpiPoison;
+using detail::MpiShared;
+
+const char* threadLevelName(int level) {
+  switch (level) {
+    case MPI_THREAD_SINGLE: return "MPI_THREAD_SINGLE";
+    case MPI_THREAD_FUNNELED: return "MPI_THREAD_FUNNELED";
+    case MPI_THREAD_SERIALIZED: return "MPI_THREAD_SERIALIZED";
+    case MPI_THREAD_MULTIPLE: return "MPI_THREAD_MULTIPLE";
+  }
+  return "an unknown thread level";
+}
+
+// Initializes MPI if needed; returns whether this call did.
+bool initializeMpi() {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (finalized)
+    throwError(StatusCode::kBackend,
+               "mpi transport: MPI was already finalized by the program; Tutti must be "
+               "initialized before MPI_Finalize");
+  int provided = MPI_THREAD_SINGLE;
+  if (initialized) {
+    MPI_Query_thread(&provided);
+    if (provided != MPI_THREAD_MULTIPLE)
+      throwError(StatusCode::kBackend,
+                 std::string("mpi transport: the program initialized MPI with ") +
+                     threadLevelName(provided) +
+                     ", but Tutti's background thread needs MPI_THREAD_MULTIPLE: call "
+                     "MPI_Init_thread(..., MPI_THREAD_MULTIPLE, ...) or let Tutti initialize MPI");
+    return false;
+  }
+  detail::checkMpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided),
+                   "MPI_Init_thread", "mpi transport");
+  if (provided != MPI_THREAD_MULTIPLE) {
+    MPI_Finalize();
+    throwError(StatusCode::kBackend,
+               std::string("mpi transport: MPI_Init_thread asked for MPI_THREAD_MULTIPLE and "
+                           "got ") +
+                   threadLevelName(provided) + "; this Open MPI build lacks thread support");
+  }
+  return true;
+}
+
+class MpiTransport : public Transport {
+ public:
+  MpiTransport(const Config& config, int64_t max_message_elements)
+      : timeout_seconds_(config.timeout_seconds) {
+    if (max_message_elements < 1 || max_message_elements > INT_MAX)
+      throwError(StatusCode::kInvalidArgument,
+                 "mpi transport: max message elements must be in [1, INT_MAX], got " +
+                     std::to_string(max_message_elements));
+    bool initialized_here = initializeMpi();
+    try {
+      detail::checkMpi(MPI_Comm_rank(MPI_COMM_WORLD, &rank_), "MPI_Comm_rank", "mpi transport");
+      detail::checkMpi(MPI_Comm_size(MPI_COMM_WORLD, &size_), "MPI_Comm_size", "mpi transport");
+      shared_ = std::make_shared<MpiShared>(initialized_here, max_message_elements);
+    } catch (...) {
+      if (initialized_here) MPI_Finalize();
+      throw;
+    }
+  }
+
+  const char* name() const override { return "mpi"; }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+
+  std::unique_ptr<ControlPlane> makeControlPlane(const std::vector<int>& ranks,
+                                                 int id) override {
+    return detail::makeMpiControlPlane(makeGroup(ranks, id, 0));
+  }
+  std::unique_ptr<Backend> makeBackend(const std::vector<int>& ranks, int id) override {
+    return detail::makeMpiBackend(makeGroup(ranks, id, 1));
+  }
+
+ private:
+  // kind 0 = control plane, 1 = data plane: each gets its own communicator.
+  MpiGroupInfo makeGroup(const std::vector<int>& ranks, int id, int kind) {
+    std::string who = "rank " + std::to_string(rank_) + ": mpi group " + std::to_string(id);
+    for (size_t i = 0; i < ranks.size(); ++i)
+      if (ranks[i] < 0 || ranks[i] >= size_ || (i > 0 && ranks[i] <= ranks[i - 1]))
+        throwError(StatusCode::kInvalidArgument,
+                   who + ": expected sorted distinct ranks in [0, " + std::to_string(size_) +
+                       "), got [" + joinInts(ranks) + "]");
+    if (!std::binary_search(ranks.begin(), ranks.end(), rank_))
+      throwError(StatusCode::kInvalidArgument,
+                 who + ": this rank is not a member of [" + joinInts(ranks) + "]");
+    std::lock_guard<std::mutex> lock(mu_);  // one creation at a time, in call order
+    MpiGroupInfo info;
+    info.shared = shared_;
+    info.poison = poisonFor(id);
+    info.ranks = ranks;
+    info.id = id;
+    info.world_rank = rank_;
+    info.comm = detail::makeGroupComm(ranks, id, kind, deadlineAfter(timeout_seconds_),
+                                      who + (kind ? " data plane" : " control plane") +
+                                          ": creating the communicator",
+                                      *info.poison, *shared_);
+    return info;
+  }
+
+  std::shared_ptr<MpiPoison> poisonFor(int id) {
+    auto& slot = poisons_[id];
+    if (auto existing = slot.lock()) return existing;
+    auto created = std::make_shared<MpiPoison>();
+    slot = created;
+    return created;
+  }
+
+  double timeout_seconds_;
+  int rank_ = 0, size_ = 1;
+  std::shared_ptr<MpiShared> shared_;  // finalizes MPI (if ours) once the last user is gone
+  std::mutex mu_;
+  std::map<int, std::weak_ptr<MpiPoison>> poisons_;
+};
+
+}  // namespace
+
+std::unique_ptr<Transport> makeMpiTransport(const Config& config, int64_t max_message_elements) {
+  return std::make_unique<MpiTransport>(config, max_message_elements);
+}
+
+std::unique_ptr<Transport> makeMpiTransport(const Config& config) {
+  return makeMpiTransport(config, INT_MAX);
+}
+
+}  // namespace tutti

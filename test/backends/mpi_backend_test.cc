@@ -1,0 +1,342 @@
+// MPI backend under mpirun (np 1..4): every op × dtype × reduce op, counts 0/1/odd/large,
+// checked against references each rank computes locally; process sets; control plane;
+// chunking; timeout and abort. Every rank runs the same test cases in the same order, so
+// checks collect failures and assert after the collective calls (a skipped collective on
+// one rank would turn one failure into a hang).
+#include "backends/mpi/mpi_backend.h"
+#include "backends/mpi/mpi_transport.h"
+#include "test/backends/backend_test_util.h"
+
+#include <catch2/catch.hpp>
+
+#include <mpi.h>
+
+#include <numeric>
+#include <thread>
+
+namespace tutti {
+namespace test {
+namespace {
+
+constexpr double kDeadline = 60.0;
+
+Config testConfig() {
+  Config config;
+  config.timeout_seconds = kDeadline;
+  return config;
+}
+
+// Made on first use, in the same order on every rank; destroyed (MPI_Finalize) at exit.
+Transport& transport() {
+  static std::unique_ptr<Transport> t = makeMpiTransport(testConfig());
+  return *t;
+}
+std::vector<int> worldRanks() {
+  std::vector<int> ranks(transport().size());
+  std::iota(ranks.begin(), ranks.end(), 0);
+  return ranks;
+}
+Backend& world() {
+  static std::unique_ptr<Backend> b = transport().makeBackend(worldRanks(), 0);
+  return *b;
+}
+ControlPlane& worldControl() {
+  static std::unique_ptr<ControlPlane> c = transport().makeControlPlane(worldRanks(), 0);
+  return *c;
+}
+
+const std::vector<int64_t> kCounts = {0, 1, 17, 1023, 1025};
+
+void checkAllreduce(Backend& backend, Failures& failures, int64_t count, DataType dtype,
+                    ReduceOp op, int salt, bool in_place) {
+  const int n = backend.size(), rank = backend.rank();
+  auto in = makeInput(dtype, op, rank, n, count, salt);
+  std::vector<uint8_t> out(in.size(), 0xEE);
+  void* dst = in_place ? in.data() : out.data();
+  backend.allreduce(in.data(), dst, count, dtype, op, deadlineAfter(kDeadline));
+  checkReduced(failures, "allreduce count " + std::to_string(count), dtype, op, n, dst, 0, count,
+               salt);
+}
+
+TEST_CASE("mpi allreduce: every dtype × reduce op × count, in place and not") {
+  Failures failures;
+  int salt = 0;
+  for (int64_t count : kCounts)
+    for (DataType dtype : allDataTypes())
+      for (ReduceOp op : allReduceOps()) {
+        ++salt;
+        checkAllreduce(world(), failures, count, dtype, op, salt, salt % 2 == 0);
+      }
+  // Large: 16 MiB + one element.
+  checkAllreduce(world(), failures, (4 << 20) + 1, DataType::kFloat32, ReduceOp::kSum, 7, true);
+  checkAllreduce(world(), failures, (8 << 20) + 1, DataType::kBFloat16, ReduceOp::kMax, 8, false);
+  REQUIRE(failures.summary() == "0 failure(s)");
+}
+
+TEST_CASE("mpi reducescatter: every dtype × reduce op, uneven blocks, in place and not") {
+  Failures failures;
+  Backend& backend = world();
+  const int n = backend.size(), rank = backend.rank();
+  int salt = 0;
+  auto run = [&](std::vector<int64_t> counts, DataType dtype, ReduceOp op, bool in_place) {
+    int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});
+    int64_t offset = std::accumulate(counts.begin(), counts.begin() + rank, int64_t{0});
+    auto in = makeInput(dtype, op, rank, n, total, salt);
+    std::vector<uint8_t> out((counts[rank] + 1) * dataTypeBytes(dtype), 0xEE);
+    void* dst = in_place ? in.data() : out.data();
+    backend.reducescatter(in.data(), dst, counts, dtype, op, deadlineAfter(kDeadline));
+    checkReduced(failures, "reducescatter total " + std::to_string(total), dtype, op, n, dst,
+                 offset, counts[rank], salt);
+  };
+  for (int64_t base : kCounts)
+    for (DataType dtype : allDataTypes())
+      for (ReduceOp op : allReduceOps()) {
+        ++salt;
+        std::vector<int64_t> counts(n);
+        for (int r = 0; r < n; ++r) counts[r] = (base + r * (salt % 3)) % (base + 2);
+        run(counts, dtype, op, salt % 2 == 0);
+      }
+  std::vector<int64_t> large(n, (4 << 20) / n + 1);
+  run(large, DataType::kFloat32, ReduceOp::kSum, false);
+  REQUIRE(failures.summary() == "0 failure(s)");
+}
+
+// allgatherv, broadcast from every root and alltoallv of pattern bytes.
+void checkMovement(Backend& backend, Failures& failures, int64_t base, DataType dtype,
+                   int salt) {
+  const int n = backend.size(), rank = backend.rank();
+  const int64_t esz = dataTypeBytes(dtype);
+  const std::string what = " base " + std::to_string(base) + " " + dataTypeName(dtype);
+  const Deadline deadline = deadlineAfter(kDeadline);
+  std::vector<int64_t> counts(n);
+  for (int r = 0; r < n; ++r) counts[r] = (base + r * salt) % (base + 2);
+  int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});
+  int64_t offset = std::accumulate(counts.begin(), counts.begin() + rank, int64_t{0});
+  std::vector<uint8_t> gathered(total * esz + 1, 0xEE);
+  // Odd salts gather in place (own block already at its offset in the output).
+  uint8_t* mine = gathered.data() + offset * esz;
+  std::vector<uint8_t> separate(counts[rank] * esz + 1);
+  if (salt % 2 == 0) mine = separate.data();
+  for (int64_t b = 0; b < counts[rank] * esz; ++b) mine[b] = patternByte(dtype, rank, b, salt);
+  backend.allgatherv(mine, gathered.data(), counts, dtype, deadline);
+  for (int r = 0, off = 0; r < n; off += counts[r] * esz, ++r)
+    for (int64_t b = 0; b < counts[r] * esz; ++b)
+      if (gathered[off + b] != patternByte(dtype, r, b, salt)) {
+        failures.add("allgatherv" + what + ": block of rank " + std::to_string(r) + " wrong");
+        break;
+      }
+  for (int root = 0; root < n; ++root) {
+    std::vector<uint8_t> buf(base * esz + 1, 0xEE);
+    if (rank == root)
+      for (int64_t b = 0; b < base * esz; ++b) buf[b] = patternByte(dtype, root, b, salt);
+    backend.broadcast(buf.data(), base, dtype, root, deadline);
+    for (int64_t b = 0; b < base * esz; ++b)
+      if (buf[b] != patternByte(dtype, root, b, salt)) {
+        failures.add("broadcast" + what + " root " + std::to_string(root) + " wrong");
+        break;
+      }
+  }
+  auto sendCount = [&](int i, int j) { return (base + i + 2 * j + salt) % (base + 2); };
+  std::vector<int64_t> send(n), recv(n);
+  for (int j = 0; j < n; ++j) send[j] = sendCount(rank, j), recv[j] = sendCount(j, rank);
+  int64_t send_total = std::accumulate(send.begin(), send.end(), int64_t{0});
+  int64_t recv_total = std::accumulate(recv.begin(), recv.end(), int64_t{0});
+  std::vector<uint8_t> sbuf(send_total * esz + 1), rbuf(recv_total * esz + 1, 0xEE);
+  for (int j = 0, off = 0; j < n; off += send[j] * esz, ++j)
+    for (int64_t b = 0; b < send[j] * esz; ++b)
+      sbuf[off + b] = patternByte(dtype, rank * 16 + j, b, salt);
+  backend.alltoallv(sbuf.data(), send, rbuf.data(), recv, dtype, deadline);
+  for (int j = 0, off = 0; j < n; off += recv[j] * esz, ++j)
+    for (int64_t b = 0; b < recv[j] * esz; ++b)
+      if (rbuf[off + b] != patternByte(dtype, j * 16 + rank, b, salt)) {
+        failures.add("alltoallv" + what + ": block from rank " + std::to_string(j) + " wrong");
+        break;
+      }
+}
+
+TEST_CASE("mpi allgatherv, broadcast, alltoallv: every dtype and count, large") {
+  Failures failures;
+  int salt = 0;
+  for (int64_t base : kCounts)
+    for (DataType dtype : allDataTypes()) checkMovement(world(), failures, base, dtype, ++salt);
+  checkMovement(world(), failures, (4 << 20) + 1, DataType::kFloat32, 3);  // 16 MiB + 4 bytes
+  world().barrier(deadlineAfter(kDeadline));
+  REQUIRE(failures.summary() == "0 failure(s)");
+}
+
+void checkControlPlane(ControlPlane& control, Failures& failures, int round) {
+  const int n = control.size(), rank = control.rank();
+  std::string mine((rank * 3 + round) % 5, static_cast<char>('a' + rank));
+  auto all = control.gather(mine, deadlineAfter(kDeadline));
+  if (rank == 0) {
+    if (static_cast<int>(all.size()) != n) failures.add("gather: wrong number of entries");
+    for (int r = 0; r < n && r < static_cast<int>(all.size()); ++r)
+      if (all[r] != std::string((r * 3 + round) % 5, static_cast<char>('a' + r)))
+        failures.add("gather: wrong bytes from member " + std::to_string(r));
+  } else if (!all.empty()) {
+    failures.add("gather: a non-root member got entries");
+  }
+  std::string expected = std::string(100 + round, 'x') + char(round);
+  if (control.broadcast(rank == 0 ? expected : "other", deadlineAfter(kDeadline)) != expected)
+    failures.add("broadcast: wrong bytes");
+  std::vector<uint64_t> bits(2 + round, ~uint64_t{0});
+  for (size_t w = 0; w < bits.size(); ++w)
+    for (int b = 0; b < 64; ++b)
+      if (static_cast<int>((w * 64 + b) % (n + 1)) == rank) bits[w] &= ~(uint64_t{1} << b);
+  control.allreduceAnd(bits, deadlineAfter(kDeadline));
+  for (size_t w = 0; w < bits.size(); ++w) {
+    uint64_t expected_word = ~uint64_t{0};
+    for (int b = 0; b < 64; ++b)
+      if (static_cast<int>((w * 64 + b) % (n + 1)) < n) expected_word &= ~(uint64_t{1} << b);
+    if (bits[w] != expected_word) failures.add("allreduceAnd: word " + std::to_string(w));
+  }
+}
+
+TEST_CASE("mpi control plane: gather, broadcast, allreduceAnd") {
+  Failures failures;
+  CHECK(worldControl().size() == transport().size());
+  CHECK(worldControl().rank() == transport().rank());
+  for (int round = 0; round < 4; ++round) checkControlPlane(worldControl(), failures, round);
+  REQUIRE(failures.summary() == "0 failure(s)");
+}
+
+TEST_CASE("mpi process sets: even and odd ranks, concurrent with world negotiation") {
+  const int rank = transport().rank(), size = transport().size();
+  std::vector<int> members;
+  for (int r = rank % 2; r < size; r += 2) members.push_back(r);
+  const int id = 1 + rank % 2;  // 1 = even ranks, 2 = odd ranks
+  auto control = transport().makeControlPlane(members, id);
+  auto backend = transport().makeBackend(members, id);
+  CHECK(backend->size() == static_cast<int>(members.size()));
+  CHECK(backend->rank() == rank / 2);
+  Failures failures;
+  // The world control plane runs on another thread while the set moves data.
+  std::thread negotiation([&] {
+    try {
+      for (int round = 0; round < 6; ++round) checkControlPlane(worldControl(), failures, round);
+    } catch (const std::exception& e) {
+      failures.add(std::string("world control plane threw: ") + e.what());
+    }
+  });
+  int salt = 100;
+  for (DataType dtype : {DataType::kFloat16, DataType::kInt32, DataType::kBool})
+    for (ReduceOp op : allReduceOps())
+      for (int64_t count : {int64_t{0}, int64_t{5}, int64_t{4097}}) {
+        ++salt;
+        checkAllreduce(*backend, failures, count, dtype, op, salt, salt % 2 == 0);
+      }
+  for (DataType dtype : {DataType::kUInt8, DataType::kFloat64})
+    checkMovement(*backend, failures, 33, dtype, ++salt);
+  for (int round = 0; round < 3; ++round) checkControlPlane(*control, failures, round);
+  negotiation.join();
+  world().barrier(deadlineAfter(kDeadline));
+  REQUIRE(failures.summary() == "0 failure(s)");
+}
+
+TEST_CASE("mpi ops larger than one MPI call: chunked or refused") {
+  // A second transport finds MPI initialized (MPI_THREAD_MULTIPLE) and caps calls at 1000.
+  auto small = makeMpiTransport(testConfig(), 1000);
+  auto backend = small->makeBackend(worldRanks(), 10);
+  Failures failures;
+  checkAllreduce(*backend, failures, 10007, DataType::kInt64, ReduceOp::kSum, 1, false);
+  checkAllreduce(*backend, failures, 3001, DataType::kBFloat16, ReduceOp::kProduct, 2, true);
+  std::vector<int32_t> buf(2500);
+  for (int i = 0; i < 2500; ++i) buf[i] = backend->rank() == 0 ? i * 3 : -1;
+  backend->broadcast(buf.data(), 2500, DataType::kInt32, 0, deadlineAfter(kDeadline));
+  for (int i = 0; i < 2500; ++i)
+    if (buf[i] != i * 3) {
+      failures.add("chunked broadcast wrong at " + std::to_string(i));
+      break;
+    }
+  std::vector<int64_t> counts(backend->size(), 600);
+  std::vector<float> in(600), out(600 * backend->size());
+  if (backend->size() > 1) {
+    CHECK_THROWS_WITH(backend->allgatherv(in.data(), out.data(), counts, DataType::kFloat32,
+                                          deadlineAfter(kDeadline)),
+                      Catch::Contains("exceed the largest count one MPI call takes (1000)"));
+  }
+  backend->barrier(deadlineAfter(kDeadline));  // still usable: the refusal was local
+  REQUIRE(failures.summary() == "0 failure(s)");
+}
+
+TEST_CASE("mpi timeout poisons the group and names op, group and seconds") {
+  const int rank = transport().rank(), size = transport().size();
+  auto backend = transport().makeBackend(worldRanks(), 50);
+  auto control = transport().makeControlPlane(worldRanks(), 50);
+  if (size > 1) {
+    if (rank != 0) {
+      auto start = Clock::now();
+      try {
+        backend->barrier(deadlineAfter(0.5));
+        FAIL("barrier without rank 0 did not time out");
+      } catch (const Error& e) {
+        CHECK(e.code() == StatusCode::kTimeout);
+        CHECK_THAT(e.what(), Catch::Contains("mpi barrier on group 50") &&
+                                 Catch::Contains("timed out after 0.5 s"));
+      }
+      CHECK(std::chrono::duration<double>(Clock::now() - start).count() < 5.0);
+      // Later calls on the group, data or control plane, fail at once with the same error.
+      float x = 1;
+      CHECK_THROWS_WITH(backend->allreduce(&x, &x, 1, DataType::kFloat32, ReduceOp::kSum,
+                                           deadlineAfter(kDeadline)),
+                        Catch::Contains("timed out after 0.5 s"));
+      CHECK_THROWS_WITH(control->broadcast("x", deadlineAfter(kDeadline)),
+                        Catch::Contains("timed out after 0.5 s"));
+    }
+    world().barrier(deadlineAfter(kDeadline));
+    // Rank 0 joins late: the abandoned barriers complete, so MPI can still finalize.
+    if (rank == 0) backend->barrier(deadlineAfter(kDeadline));
+    world().barrier(deadlineAfter(kDeadline));
+  }
+}
+
+TEST_CASE("mpi abort wakes a waiting call with the reason") {
+  const int rank = transport().rank();
+  auto backend = transport().makeBackend(worldRanks(), 60);
+  if (rank == 0 && transport().size() > 1) {
+    std::thread aborter([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      backend->abort("test abort from another thread");
+    });
+    auto start = Clock::now();
+    try {
+      backend->barrier(deadlineAfter(kDeadline));  // the others are not there yet
+      FAIL("barrier was not aborted");
+    } catch (const Error& e) {
+      CHECK(e.code() == StatusCode::kAborted);
+      CHECK(std::string(e.what()) == "test abort from another thread");
+    }
+    CHECK(std::chrono::duration<double>(Clock::now() - start).count() < 5.0);
+    aborter.join();
+    world().barrier(deadlineAfter(kDeadline));
+  } else {
+    if (transport().size() > 1) {
+      world().barrier(deadlineAfter(kDeadline));
+      // Completes rank 0's abandoned barrier, so that MPI can still finalize.
+      backend->barrier(deadlineAfter(kDeadline));
+    }
+    backend->abort("test abort");
+    CHECK_THROWS_WITH(backend->barrier(deadlineAfter(kDeadline)), "test abort");
+  }
+  world().barrier(deadlineAfter(kDeadline));
+}
+
+TEST_CASE("mpi supports every CPU op and dtype, not CUDA; rejects bad groups") {
+  for (int op = 0; op < kNumOpTypes; ++op)
+    for (DataType dtype : allDataTypes()) {
+      CHECK(world().supports(static_cast<OpType>(op), dtype, DeviceType::kCpu));
+      CHECK_FALSE(world().supports(static_cast<OpType>(op), dtype, DeviceType::kCuda));
+    }
+  CHECK(std::string(transport().name()) == "mpi");
+  CHECK(std::string(world().name()) == "mpi");
+  int size = transport().size();
+  CHECK_THROWS_WITH(transport().makeBackend({size}, 70), Catch::Contains("sorted distinct"));
+  if (size > 1) {
+    int other = transport().rank() == 0 ? 1 : 0;
+    CHECK_THROWS_WITH(transport().makeBackend({other}, 71), Catch::Contains("not a member"));
+  }
+}
+
+}  // namespace
+}  // namespace test
+}  // namespace tutti

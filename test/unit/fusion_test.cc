@@ -1,0 +1,56 @@
+#include "core/fusion.h"
+
+#include <catch2/catch.hpp>
+
+using namespace tutti;
+
+namespace {
+Response allreduce(const std::string& name, int64_t count, DataType dtype = DataType::kFloat32) {
+  Response r;
+  r.names = {name};
+  r.counts = {count};
+  r.dtype = dtype;
+  return r;
+}
+}  // namespace
+
+TEST_CASE("fusion packs same-kind allreduces up to the threshold and keeps order") {
+  std::vector<Response> in = {allreduce("a", 10), allreduce("b", 10, DataType::kInt32),
+                              allreduce("c", 10), allreduce("d", 30), allreduce("e", 5)};
+  in[1].dtype = DataType::kInt32;
+  auto out = planFusion(in, 100);  // 25 floats fit
+  REQUIRE(out.size() == 3);
+  CHECK(out[0].names == std::vector<std::string>{"a", "c", "e"});
+  CHECK(out[0].counts == std::vector<int64_t>{10, 10, 5});
+  CHECK(out[1].names == std::vector<std::string>{"b"});
+  CHECK(out[2].names == std::vector<std::string>{"d"});
+}
+
+TEST_CASE("fusion never merges different ops, scales, errors or CUDA tensors") {
+  std::vector<Response> in(6, allreduce("x", 1));
+  for (size_t i = 0; i < in.size(); ++i) in[i].names = {std::string(1, char('a' + i))};
+  in[1].reduce_op = ReduceOp::kMax;
+  in[2].prescale = 2;
+  in[3].type = ResponseType::kError;
+  in[4].device = DeviceType::kCuda;
+  in[5].op = OpType::kBroadcast;
+  auto out = planFusion(in, 1 << 20);
+  CHECK(out.size() == 6);
+}
+
+TEST_CASE("threshold 0 disables fusion and the plan is deterministic") {
+  std::vector<Response> in = {allreduce("a", 1), allreduce("b", 1)};
+  CHECK(planFusion(in, 0).size() == 2);
+  auto p1 = planFusion(in, 1024), p2 = planFusion(in, 1024);
+  REQUIRE(p1.size() == 1);
+  CHECK(p1[0].names == p2[0].names);
+}
+
+TEST_CASE("the fusion buffer grows and is reused") {
+  FusionBuffer buffer;
+  void* a = buffer.reserve(100);
+  CHECK(buffer.capacity() >= 100);
+  CHECK(buffer.reserve(50) == a);
+  buffer.reserve(1 << 20);
+  CHECK(buffer.capacity() >= (1u << 20));
+}
