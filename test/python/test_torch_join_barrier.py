@@ -2,6 +2,8 @@
 
 import time
 
+import pytest
+
 import torch
 
 import tutti.torch as hvd
@@ -38,3 +40,19 @@ def test_barrier(rank, size):
     entries = hvd.allgather(stamp, name="barrier.stamps")
     assert left >= entries.max().item() - 1e-3
     hvd.barrier()
+
+
+def test_allgather_while_a_rank_has_joined(rank, size):
+    if size == 1:
+        pytest.skip("needs a rank that has joined and one that has not")
+    if rank == 0:
+        assert hvd.join() != 0
+    else:
+        try:
+            hvd.allgather(torch.ones(1), name="join.allgather")
+            raise AssertionError("allgather while rank 0 has joined did not fail")
+        except hvd.TuttiError as error:
+            assert error.code == 9, error  # TUTTI_ERR_JOINED
+        hvd.join()
+    out = hvd.allgather(torch.tensor([rank]), name="join.allgather.after")
+    assert out.tolist() == list(range(size))

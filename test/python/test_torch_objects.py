@@ -36,3 +36,16 @@ def test_allgather_object(rank, size):
     objs = hvd.allgather_object({"r": rank, "data": "x" * (rank * 100)}, name="obj.ag")
     assert objs == [{"r": r, "data": "x" * (r * 100)} for r in range(size)]
     assert hvd.allgather_object(None) == [None] * size
+
+
+def test_init_is_idempotent_and_handles_are_ints(rank, size):
+    hvd.init()
+    assert hvd.rank() == rank and hvd.size() == size
+    handle = hvd.allreduce_async(torch.ones(1), name="obj.handle", op=hvd.Sum)
+    assert isinstance(handle, int)
+    assert hvd.synchronize({handle: "key"}.popitem()[0]).item() == size
+    try:
+        hvd.poll(handle)
+        raise AssertionError("poll of a synchronized handle did not fail")
+    except ValueError:
+        pass
