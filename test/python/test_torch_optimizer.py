@@ -221,3 +221,29 @@ def test_broadcast_fresh_optimizer_state(rank, size):
     hvd.broadcast_optimizer_state(opt, root_rank=0)
     assert opt.param_groups[0]["lr"] == pytest.approx(0.001)
     assert len(opt.state) == len(list(model.parameters()))
+
+
+def test_without_named_parameters_and_frozen_params(rank, size):
+    model = make_model()
+    frozen = list(model.parameters())[0]
+    frozen.requires_grad_(False)
+    before = frozen.detach().clone()
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1))
+    loss_of(model, rank).backward()
+    opt.step()
+    assert torch.equal(frozen, before)
+    expected = reference_params(size)
+    for p, e in list(zip(model.parameters(), expected))[1:]:
+        assert torch.allclose(p.detach(), e, atol=1e-6)
+    assert_same_on_all_ranks(model, "opt.same.unnamed")
+
+
+def test_allreduce_with_fp16_compression(rank, size):
+    tensor = torch.full((9,), 0.25 * (rank + 1), dtype=torch.float32)
+    out = hvd.allreduce(tensor, name="opt.fp16", compression=hvd.Compression.fp16,
+                        op=hvd.Sum)
+    assert out.dtype == torch.float32
+    assert torch.allclose(out, torch.full((9,), 0.25 * sum(range(1, size + 1))))
+    ints = torch.arange(4)
+    assert torch.equal(hvd.allreduce(ints, name="opt.fp16.int", op=hvd.Sum,
+                                     compression=hvd.Compression.fp16), ints * size)
