@@ -3,7 +3,8 @@
 //  2. Open one gloo TCP device on TUTTI_GLOO_IFACE, or else on the local address that
 //     routes to the rendezvous server (127.0.0.1 for a single-host job).
 //  3. Per process set and plane ("control" / "data"): a gloo::rendezvous::Context over a
-//     PrefixStore "tutti/ps<id>/<plane>/<n>" (n counts how often this process connected
+//     PrefixStore "tutti/g<generation>/ps<id>/<plane>/<n>" (generation counts the transports
+//     this process made, so init after shutdown uses fresh keys; n counts how often it connected
 //     that set and plane, identical on every member), connected as a full mesh.
 #include "backends/gloo/gloo_transport.h"
 
@@ -18,6 +19,7 @@
 #include <gloo/transport/tcp/device.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <map>
 
@@ -62,6 +64,10 @@ std::string localAddressToward(const std::string& host, int port) {
                                      "server at " + host + "; set TUTTI_GLOO_IFACE");
   return result;
 }
+
+// Transports this process has made: a job whose ranks init, shut down and init again uses
+// fresh rendezvous keys each time (every rank counts the same).
+std::atomic<int> g_generation{0};
 
 class GlooTransport : public Transport {
  public:
@@ -123,8 +129,8 @@ class GlooTransport : public Transport {
     const int group_rank = static_cast<int>(me - ranks.begin());
     const int group_size = static_cast<int>(ranks.size());
     const int epoch = epochs_[{id, plane}]++;
-    const std::string prefix =
-        "tutti/ps" + std::to_string(id) + "/" + plane + "/" + std::to_string(epoch);
+    const std::string prefix = "tutti/g" + std::to_string(generation_) + "/ps" +
+                               std::to_string(id) + "/" + plane + "/" + std::to_string(epoch);
     auto context = std::make_shared<gloo::rendezvous::Context>(group_rank, group_size);
     const auto timeout = std::chrono::milliseconds(
         static_cast<int64_t>(std::max(0.001, config_.timeout_seconds) * 1000.0));
@@ -154,6 +160,7 @@ class GlooTransport : public Transport {
   std::unique_ptr<detail::RendezvousClient> store_;
   std::shared_ptr<gloo::transport::Device> device_;
   std::map<std::pair<int, std::string>, int> epochs_;
+  const int generation_ = g_generation++;
 };
 
 }  // namespace
