@@ -5,6 +5,7 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <thread>
 
@@ -44,6 +45,8 @@ int opIndex(ReduceOp op) {
 
 }  // namespace
 
+std::atomic<bool> g_skip_finalize{false};
+
 MpiShared::MpiShared(bool initialized_here, int64_t max_message_elements)
     : initialized_here_(initialized_here), max_message_elements_(max_message_elements) {
   checkMpi(MPI_Type_contiguous(2, MPI_BYTE, &two_bytes_), "MPI_Type_contiguous",
@@ -62,19 +65,26 @@ MpiShared::~MpiShared() {
       if (ops[i] != MPI_OP_NULL) MPI_Op_free(&ops[i]);
   if (two_bytes_ != MPI_DATATYPE_NULL) MPI_Type_free(&two_bytes_);
   if (!initialized_here_) return;
-  // A request abandoned by a timeout may have completed since (the late peer arrived);
-  // give the stragglers a moment, and skip MPI_Finalize only if one is still pending.
+  // MPI cannot be initialized twice in a process, and tutti_init must work again after
+  // tutti_shutdown: so MPI stays up until the process exits (finalizeMpiAtExit). A request
+  // abandoned by a timeout may have completed since (the late peer arrived); give the
+  // stragglers a moment, and skip MPI_Finalize at exit if one is still pending.
   std::lock_guard<std::mutex> lock(mu_);
   Deadline grace = deadlineAfter(1.0);
-  bool pending = false;
   for (MPI_Request& request : abandoned_) {
     int done = 0;
     while (MPI_Test(&request, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && !done &&
            Clock::now() < grace)
       std::this_thread::sleep_for(std::chrono::microseconds(200));
-    if (!done) pending = true;
+    if (!done) g_skip_finalize = true;
   }
-  if (!pending) MPI_Finalize();
+}
+
+void finalizeMpiAtExit() {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (initialized && !finalized && !g_skip_finalize) MPI_Finalize();
 }
 
 MPI_Datatype MpiShared::datatype(DataType dtype) const {

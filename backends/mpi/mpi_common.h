@@ -20,6 +20,9 @@ namespace detail {
 
 // Objects made once per transport and freed with it. Held through shared_ptr by every
 // backend and control plane, so it outlives them. Thread-safe.
+// Finalizes MPI at process exit if Tutti initialized it (registered with atexit).
+void finalizeMpiAtExit();
+
 class MpiShared {
  public:
   // max_message_elements: the largest count passed to one MPI call (INT_MAX normally;

@@ -1,0 +1,187 @@
+#include "backends/gloo/gloo_group.h"
+
+#include <gloo/common/error.h>
+#include <gloo/common/logging.h>
+#include <gloo/transport/unbound_buffer.h>
+#include <gloo/types.h>
+
+#include <deque>
+#include <map>
+#include <set>
+
+namespace tutti {
+namespace detail {
+namespace {
+
+constexpr uint8_t kExchangeSlotPrefix = 0x40;  // gloo's own algorithms use 0x01..0x08
+
+std::chrono::milliseconds timeoutFor(Deadline deadline) {
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+  return left.count() < 1 ? std::chrono::milliseconds(1) : left;
+}
+
+bool isTimeout(const std::string& message) {
+  return message.find("Timed out") != std::string::npos ||
+         message.find("timed out") != std::string::npos;
+}
+
+}  // namespace
+
+GlooGroup::GlooGroup(std::shared_ptr<gloo::Context> context, std::vector<int> ranks, int id,
+                     std::string kind)
+    : context_(std::move(context)), ranks_(std::move(ranks)), id_(id), kind_(std::move(kind)) {}
+
+std::string GlooGroup::label(const std::string& what) const {
+  return "gloo " + kind_ + " " + what + " (process set " + std::to_string(id_) + ", rank " +
+         std::to_string(rank()) + " of " + std::to_string(size()) + ", world rank " +
+         std::to_string(ranks_[rank()]) + ")";
+}
+
+void GlooGroup::fail(StatusCode code, const std::string& message) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (poison_code_ == StatusCode::kOk) {
+      poison_code_ = code;
+      poison_message_ = message;
+    }
+  }
+  // Closing our end makes every peer's pending operation fail instead of waiting out its
+  // own deadline.
+  try {
+    context_->closeConnections();
+  } catch (...) {
+  }
+  throwError(code, message);
+}
+
+void GlooGroup::run(const std::string& what, Deadline deadline,
+                    const std::function<void(std::chrono::milliseconds)>& fn) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (poison_code_ != StatusCode::kOk)
+      throwError(poison_code_, label(what) + " refused: an earlier failure poisoned this "
+                                             "group: " + poison_message_);
+  }
+  if (secondsLeft(deadline) <= 0)
+    fail(StatusCode::kTimeout, label(what) + ": deadline passed before the operation began");
+  const auto started = Clock::now();
+  auto elapsed = [&] {
+    return std::to_string(std::chrono::duration<double>(Clock::now() - started).count());
+  };
+  try {
+    fn(timeoutFor(deadline));
+    return;
+  } catch (const Error& e) {
+    fail(e.code(), e.what());
+  } catch (const gloo::Exception& e) {
+    const bool timeout = isTimeout(e.what());
+    fail(timeout ? StatusCode::kTimeout : StatusCode::kBackend,
+         label(what) + (timeout ? " timed out after " : " failed after ") + elapsed() +
+             " s (a peer is missing, slow or dead): " + e.what());
+  } catch (const gloo::EnforceNotMet& e) {
+    fail(StatusCode::kBackend, label(what) + " failed: " + e.what());
+  } catch (const std::exception& e) {
+    fail(StatusCode::kBackend, label(what) + " failed: " + e.what());
+  }
+}
+
+void GlooGroup::exchange(const std::string& what, const void* send_buf, size_t send_size,
+                         const std::vector<Transfer>& sends, void* recv_buf, size_t recv_size,
+                         const std::vector<Transfer>& recvs, uint32_t tag, Deadline deadline,
+                         const std::function<void(size_t)>& on_recv) {
+  run(what, deadline, [&](std::chrono::milliseconds) {
+    const uint64_t slot = gloo::Slot::build(kExchangeSlotPrefix, tag);
+    std::unique_ptr<gloo::transport::UnboundBuffer> out, in;
+    if (send_size > 0)
+      out = context_->createUnboundBuffer(const_cast<void*>(send_buf), send_size);
+    if (recv_size > 0) in = context_->createUnboundBuffer(recv_buf, recv_size);
+    // 1. Make the buffers visible to abort() (unless it already ran).
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (poison_code_ != StatusCode::kOk) throwError(poison_code_, poison_message_);
+      if (out) live_.push_back(out.get());
+      if (in) live_.push_back(in.get());
+    }
+    struct Unregister {
+      GlooGroup* group;
+      ~Unregister() {
+        std::lock_guard<std::mutex> lock(group->mutex_);
+        group->live_.clear();
+      }
+    } unregister{this};
+    // 2. Post every receive and send (empty ones skipped: both sides know the sizes).
+    std::multiset<int> pending_sends, pending_recvs;
+    std::map<int, std::deque<size_t>> recv_order;  // per peer: indices into recvs, as posted
+    for (size_t i = 0; i < recvs.size(); ++i) {
+      const auto& t = recvs[i];
+      if (t.bytes == 0) continue;
+      in->recv(t.peer, slot, t.offset, t.bytes);
+      pending_recvs.insert(t.peer);
+      if (on_recv) recv_order[t.peer].push_back(i);
+    }
+    for (const auto& t : sends) {
+      if (t.bytes == 0) continue;
+      out->send(t.peer, slot, t.offset, t.bytes);
+      pending_sends.insert(t.peer);
+    }
+    auto waiting = [&](const std::multiset<int>& peers) {
+      std::vector<int> world;
+      for (int peer : std::set<int>(peers.begin(), peers.end())) world.push_back(ranks_[peer]);
+      return joinInts(world);
+    };
+    // 3. Wait for each, naming the peers still awaited if the deadline passes.
+    auto wait = [&](gloo::transport::UnboundBuffer* buf, std::multiset<int>& pending,
+                    bool is_recv) {
+      while (!pending.empty()) {
+        int peer = -1;
+        bool done = false;
+        try {
+          done = is_recv ? buf->waitRecv(&peer, timeoutFor(deadline))
+                         : buf->waitSend(&peer, timeoutFor(deadline));
+        } catch (const gloo::Exception& e) {
+          const bool timeout = isTimeout(e.what());
+          fail(timeout ? StatusCode::kTimeout : StatusCode::kBackend,
+               label(what) + (timeout ? " timed out " : " failed ") +
+                   (is_recv ? "receiving from" : "sending to") + " world rank(s) " +
+                   waiting(pending) + ": " + e.what());
+        }
+        if (!done) {  // abort() woke us
+          std::lock_guard<std::mutex> lock(mutex_);
+          throwError(StatusCode::kAborted, label(what) + " interrupted: " + poison_message_);
+        }
+        auto it = pending.find(peer);
+        if (it == pending.end()) it = pending.begin();
+        const int done_peer = *it;
+        pending.erase(it);
+        if (is_recv && on_recv) {
+          auto& order = recv_order[done_peer];
+          const size_t index = order.front();
+          order.pop_front();
+          on_recv(index);
+        }
+      }
+    };
+    wait(in.get(), pending_recvs, true);
+    wait(out.get(), pending_sends, false);
+  });
+}
+
+void GlooGroup::abort(const std::string& reason) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (poison_code_ != StatusCode::kOk) return;
+    poison_code_ = StatusCode::kAborted;
+    poison_message_ = label("abort") + ": " + reason;
+    for (auto* buf : live_) {
+      buf->abortWaitRecv();
+      buf->abortWaitSend();
+    }
+  }
+  try {
+    context_->closeConnections();
+  } catch (...) {
+  }
+}
+
+}  // namespace detail
+}  // namespace tutti

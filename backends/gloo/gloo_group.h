@@ -1,0 +1,76 @@
+// One connected gloo context for one process set (control plane or data plane), with the
+// error discipline every transfer goes through: deadline -> gloo timeout, gloo exception ->
+// tutti::Error naming op, group, rank and the peers still awaited, and poisoning.
+// All data moves through exchange(), whose gloo buffers abort() can wake from any thread.
+//
+// Thread-safety: run()/exchange() are called by one thread (the background thread);
+// abort() may be called from any thread. Owns its context (shared with nothing else).
+#pragma once
+
+#include "core/common.h"
+
+#include <gloo/context.h>
+#include <gloo/transport/unbound_buffer.h>
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace tutti {
+namespace detail {
+
+class GlooGroup {
+ public:
+  // `ranks` are the members' world ranks (sorted); `kind` is "control" or "data".
+  GlooGroup(std::shared_ptr<gloo::Context> context, std::vector<int> ranks, int id,
+            std::string kind);
+
+  int rank() const { return context_->rank; }
+  int size() const { return context_->size; }
+  int worldRank(int group_rank) const { return ranks_[group_rank]; }
+  const std::shared_ptr<gloo::Context>& context() const { return context_; }
+
+  // Runs fn(timeout left) unless poisoned. Any failure poisons the group (and closes its
+  // connections, so peers fail fast) and throws Error(kTimeout / kBackend / kAborted)
+  // "gloo <kind> <what> (process set <id>, rank r of n, world rank w): ...".
+  void run(const std::string& what, Deadline deadline,
+           const std::function<void(std::chrono::milliseconds)>& fn);
+
+  // Point-to-point: one message per Transfer (empty ones skipped), all posted at once, then
+  // waited for; receives first, and on_recv(i) runs as soon as recvs[i] has arrived
+  // (messages from one peer arrive in the order posted). `tag` separates consecutive
+  // exchanges of one op.
+  struct Transfer {
+    int peer;  // group rank
+    size_t offset;
+    size_t bytes;
+  };
+  void exchange(const std::string& what, const void* send_buf, size_t send_size,
+                const std::vector<Transfer>& sends, void* recv_buf, size_t recv_size,
+                const std::vector<Transfer>& recvs, uint32_t tag, Deadline deadline,
+                const std::function<void(size_t)>& on_recv = nullptr);
+
+  // Poisons the group, wakes a transfer blocked in exchange() (it throws kAborted) and
+  // closes the connections so that peers fail fast.
+  void abort(const std::string& reason);
+
+ private:
+  std::string label(const std::string& what) const;
+  [[noreturn]] void fail(StatusCode code, const std::string& message);
+
+  std::shared_ptr<gloo::Context> context_;
+  const std::vector<int> ranks_;
+  const int id_;
+  const std::string kind_;
+  std::mutex mutex_;  // guards the poison and live_
+  std::vector<gloo::transport::UnboundBuffer*> live_;  // buffers of the running exchange()
+  StatusCode poison_code_ = StatusCode::kOk;
+  std::string poison_message_;
+};
+
+}  // namespace detail
+}  // namespace tutti

@@ -1,0 +1,165 @@
+// gloo transport.
+//  1. Connect to tuttirun's rendezvous server (RendezvousClient, HMAC-authenticated).
+//  2. Open one gloo TCP device on TUTTI_GLOO_IFACE, or else on the local address that
+//     routes to the rendezvous server (127.0.0.1 for a single-host job).
+//  3. Per process set and plane ("control" / "data"): a gloo::rendezvous::Context over a
+//     PrefixStore "tutti/ps<id>/<plane>/<n>" (n counts how often this process connected
+//     that set and plane, identical on every member), connected as a full mesh.
+#include "backends/gloo/gloo_transport.h"
+
+#include "backends/gloo/gloo_backend.h"
+#include "backends/gloo/gloo_group.h"
+#include "backends/gloo/rendezvous_client.h"
+
+#include <gloo/common/error.h>
+#include <gloo/common/logging.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/prefix_store.h>
+#include <gloo/transport/tcp/device.h>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+namespace tutti {
+namespace {
+
+// The local IP address the kernel would use to reach `host` (no packet is sent).
+std::string localAddressToward(const std::string& host, int port) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* list = nullptr;
+  if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &list) != 0 || !list)
+    throwError(StatusCode::kInvalidArgument,
+               "gloo: cannot resolve TUTTI_RENDEZVOUS_ADDR '" + host + "'");
+  std::string result;
+  for (addrinfo* ai = list; ai && result.empty(); ai = ai->ai_next) {
+    int fd = ::socket(ai->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) continue;
+    sockaddr_storage local{};
+    socklen_t len = sizeof(local);
+    if (::connect(fd, ai->ai_addr, ai->ai_addrlen) == 0 &&
+        ::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0) {
+      char text[INET6_ADDRSTRLEN] = {0};
+      const void* addr = local.ss_family == AF_INET
+                             ? static_cast<const void*>(
+                                   &reinterpret_cast<sockaddr_in*>(&local)->sin_addr)
+                             : static_cast<const void*>(
+                                   &reinterpret_cast<sockaddr_in6*>(&local)->sin6_addr);
+      if (::inet_ntop(local.ss_family, addr, text, sizeof(text))) result = text;
+    }
+    ::close(fd);
+  }
+  ::freeaddrinfo(list);
+  if (result.empty())
+    throwError(StatusCode::kBackend, "gloo: no local address routes to the rendezvous "
+                                     "server at " + host + "; set TUTTI_GLOO_IFACE");
+  return result;
+}
+
+class GlooTransport : public Transport {
+ public:
+  explicit GlooTransport(const Config& config)
+      : config_(config), rank_(config.topology.rank), size_(config.topology.size) {
+    if (config.rendezvous_addr.empty() || config.rendezvous_port <= 0)
+      throwError(StatusCode::kInvalidArgument,
+                 "TUTTI_CPU_OPERATIONS=gloo needs TUTTI_RENDEZVOUS_ADDR and "
+                 "TUTTI_RENDEZVOUS_PORT (start the job with tuttirun)");
+    if (rank_ < 0 || rank_ >= size_)
+      throwError(StatusCode::kInvalidArgument, "gloo: rank " + std::to_string(rank_) +
+                                                   " outside a world of " +
+                                                   std::to_string(size_));
+    store_ = std::make_unique<detail::RendezvousClient>(
+        config.rendezvous_addr, config.rendezvous_port, detail::decodeHexSecret(config.secret),
+        config.timeout_seconds, rank_);
+    gloo::transport::tcp::attr attr;
+    if (!config.gloo_iface.empty()) {
+      attr.iface = config.gloo_iface;
+    } else {
+      attr.hostname = localAddressToward(config.rendezvous_addr, config.rendezvous_port);
+    }
+    try {
+      device_ = gloo::transport::tcp::CreateDevice(attr);
+    } catch (const std::exception& e) {
+      throwError(StatusCode::kBackend,
+                 "gloo: rank " + std::to_string(rank_) + " cannot open a TCP device on " +
+                     (attr.iface.empty() ? "address " + attr.hostname
+                                         : "interface " + attr.iface) +
+                     ": " + e.what());
+    }
+  }
+
+  const char* name() const override { return "gloo"; }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+
+  std::unique_ptr<ControlPlane> makeControlPlane(const std::vector<int>& ranks,
+                                                 int id) override {
+    return detail::makeGlooControlPlane(connect(ranks, id, "control"));
+  }
+
+  std::unique_ptr<Backend> makeBackend(const std::vector<int>& ranks, int id) override {
+    return detail::makeGlooBackend(connect(ranks, id, "data"));
+  }
+
+ private:
+  std::unique_ptr<detail::GlooGroup> connect(const std::vector<int>& ranks, int id,
+                                             const std::string& plane) {
+    auto me = std::find(ranks.begin(), ranks.end(), rank_);
+    bool valid = me != ranks.end() && std::is_sorted(ranks.begin(), ranks.end()) &&
+                 std::adjacent_find(ranks.begin(), ranks.end()) == ranks.end() &&
+                 ranks.front() >= 0 && ranks.back() < size_;
+    if (!valid)
+      throwError(StatusCode::kInvalidArgument,
+                 "gloo: process set " + std::to_string(id) + " ranks [" + joinInts(ranks) +
+                     "] must be sorted, distinct world ranks < " + std::to_string(size_) +
+                     " that include this rank (" + std::to_string(rank_) + ")");
+    const int group_rank = static_cast<int>(me - ranks.begin());
+    const int group_size = static_cast<int>(ranks.size());
+    const int epoch = epochs_[{id, plane}]++;
+    const std::string prefix =
+        "tutti/ps" + std::to_string(id) + "/" + plane + "/" + std::to_string(epoch);
+    auto context = std::make_shared<gloo::rendezvous::Context>(group_rank, group_size);
+    const auto timeout = std::chrono::milliseconds(
+        static_cast<int64_t>(std::max(0.001, config_.timeout_seconds) * 1000.0));
+    context->setTimeout(timeout);
+    const std::string what = "gloo: world rank " + std::to_string(rank_) +
+                             " connecting the " + plane + " plane of process set " +
+                             std::to_string(id) + " (world ranks " + joinInts(ranks) +
+                             ") through " + store_->endpoint();
+    try {
+      gloo::rendezvous::PrefixStore store(prefix, *store_);
+      context->connectFullMesh(store, device_);
+    } catch (const Error& e) {
+      throwError(e.code(), what + ": " + e.what());
+    } catch (const gloo::Exception& e) {
+      const bool timed_out = std::strstr(e.what(), "imed out") != nullptr;
+      throwError(timed_out ? StatusCode::kTimeout : StatusCode::kBackend,
+                 what + (timed_out ? " timed out after " : " failed within ") +
+                     std::to_string(config_.timeout_seconds) + " s: " + e.what());
+    } catch (const std::exception& e) {
+      throwError(StatusCode::kBackend, what + " failed: " + e.what());
+    }
+    return std::make_unique<detail::GlooGroup>(std::move(context), ranks, id, plane);
+  }
+
+  const Config config_;
+  const int rank_, size_;
+  std::unique_ptr<detail::RendezvousClient> store_;
+  std::shared_ptr<gloo::transport::Device> device_;
+  std::map<std::pair<int, std::string>, int> epochs_;
+};
+
+}  // namespace
+
+std::unique_ptr<Transport> makeGlooTransport(const Config& config) {
+  return std::make_unique<GlooTransport>(config);
+}
+
+}  // namespace tutti

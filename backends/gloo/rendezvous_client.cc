@@ -1,0 +1,292 @@
+#include "backends/gloo/rendezvous_client.h"
+
+#include "core/common.h"
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+
+#include <cerrno>
+#include <cstring>
+#include <thread>
+
+#include <fcntl.h>
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+namespace tutti {
+namespace detail {
+namespace {
+
+using SteadyClock = std::chrono::steady_clock;
+using TimePoint = SteadyClock::time_point;
+
+constexpr size_t kHelloBytes = 21;
+constexpr size_t kRequestHeaderBytes = 32;
+constexpr size_t kResponseHeaderBytes = 24;
+constexpr size_t kMacBytes = 32;
+constexpr auto kReplySlack = std::chrono::seconds(10);
+
+enum ResponseStatus : uint8_t { kOk = 0, kTimedOut = 1, kBadRequest = 2, kUnauthenticated = 3 };
+
+void putLe(std::string& out, uint64_t value, int bytes) {
+  for (int i = 0; i < bytes; ++i) out.push_back(static_cast<char>((value >> (8 * i)) & 0xff));
+}
+
+uint64_t getLe(const char* in, int bytes) {
+  uint64_t value = 0;
+  for (int i = bytes - 1; i >= 0; --i) value = (value << 8) | static_cast<uint8_t>(in[i]);
+  return value;
+}
+
+std::string hmac(const std::string& secret, const std::string& data) {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  if (!HMAC(EVP_sha256(), secret.data(), static_cast<int>(secret.size()),
+            reinterpret_cast<const unsigned char*>(data.data()), data.size(), md, &len))
+    throwError(StatusCode::kInternal, "rendezvous: HMAC-SHA256 failed in OpenSSL");
+  return std::string(reinterpret_cast<char*>(md), len);
+}
+
+int msLeft(TimePoint deadline) {
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - SteadyClock::now());
+  return left.count() <= 0 ? 0 : static_cast<int>(std::min<int64_t>(left.count(), 1 << 30));
+}
+
+// Waits for `events` on fd until `deadline`; false on timeout.
+bool pollFor(int fd, short events, TimePoint deadline) {
+  for (;;) {
+    pollfd p{fd, events, 0};
+    int rc = ::poll(&p, 1, msLeft(deadline));
+    if (rc > 0) return true;
+    if (rc == 0) return false;
+    if (errno != EINTR) return false;
+  }
+}
+
+}  // namespace
+
+std::string decodeHexSecret(const std::string& hex) {
+  auto nibble = [&](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    throwError(StatusCode::kInvalidArgument,
+               "TUTTI_SECRET: expected a hex string (as tuttirun generates), got a non-hex "
+               "character");
+  };
+  if (hex.empty() || hex.size() % 2 != 0)
+    throwError(StatusCode::kInvalidArgument,
+               "TUTTI_SECRET: expected a non-empty hex string of even length, got " +
+                   std::to_string(hex.size()) + " characters");
+  std::string out;
+  for (size_t i = 0; i < hex.size(); i += 2)
+    out.push_back(static_cast<char>(nibble(hex[i]) * 16 + nibble(hex[i + 1])));
+  return out;
+}
+
+RendezvousClient::RendezvousClient(std::string host, int port, std::string secret,
+                                   double timeout_seconds, int rank)
+    : host_(std::move(host)),
+      port_(port),
+      secret_(std::move(secret)),
+      timeout_(std::chrono::milliseconds(static_cast<int64_t>(timeout_seconds * 1000.0))),
+      rank_(rank) {
+  if (host_.empty() || port_ <= 0 || port_ > 65535)
+    throwError(StatusCode::kInvalidArgument,
+               "gloo rendezvous: TUTTI_RENDEZVOUS_ADDR/TUTTI_RENDEZVOUS_PORT must name the "
+               "server tuttirun started, got '" + host_ + ":" + std::to_string(port_) + "'");
+  if (secret_.empty())
+    throwError(StatusCode::kInvalidArgument,
+               "gloo rendezvous: no job secret (TUTTI_SECRET or TUTTI_SECRET_FILE); start the "
+               "job with tuttirun");
+}
+
+RendezvousClient::~RendezvousClient() { closeLocked(); }
+
+std::string RendezvousClient::endpoint() const { return host_ + ":" + std::to_string(port_); }
+
+void RendezvousClient::closeLocked() {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+  nonce_.clear();
+  seq_ = 0;
+}
+
+void RendezvousClient::connectLocked(TimePoint deadline) {
+  std::string last_error = "no attempt";
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  // The server may still be starting: retry refused connections until the deadline.
+  for (;;) {
+    addrinfo* list = nullptr;
+    int rc = ::getaddrinfo(host_.c_str(), std::to_string(port_).c_str(), &hints, &list);
+    if (rc != 0) {
+      last_error = std::string("getaddrinfo: ") + gai_strerror(rc);
+    } else {
+      for (addrinfo* ai = list; ai && fd_ < 0; ai = ai->ai_next) {
+        int fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+        if (fd < 0) continue;
+        ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+        int crc = ::connect(fd, ai->ai_addr, ai->ai_addrlen);
+        if (crc != 0 && errno == EINPROGRESS) {
+          if (pollFor(fd, POLLOUT, deadline)) {
+            int err = 0;
+            socklen_t len = sizeof(err);
+            ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+            crc = err == 0 ? 0 : -1;
+            errno = err;
+          } else {
+            errno = ETIMEDOUT;
+          }
+        }
+        if (crc == 0) {
+          fd_ = fd;
+        } else {
+          last_error = std::strerror(errno);
+          ::close(fd);
+        }
+      }
+      ::freeaddrinfo(list);
+    }
+    if (fd_ >= 0) break;
+    if (SteadyClock::now() + std::chrono::milliseconds(100) >= deadline)
+      throwError(StatusCode::kTimeout, "gloo rendezvous: rank " + std::to_string(rank_) +
+                                           " could not connect to the tuttirun server at " +
+                                           endpoint() + " before its deadline (" + last_error +
+                                           ")");
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  char hello[kHelloBytes];
+  size_t got = 0;
+  while (got < kHelloBytes) {
+    if (!pollFor(fd_, POLLIN, deadline)) break;
+    ssize_t n = ::recv(fd_, hello + got, kHelloBytes - got, 0);
+    if (n <= 0 && !(n < 0 && (errno == EINTR || errno == EAGAIN))) break;
+    if (n > 0) got += static_cast<size_t>(n);
+  }
+  if (got < kHelloBytes || std::memcmp(hello, "TUTH", 4) != 0 || hello[4] != 1) {
+    closeLocked();
+    throwError(StatusCode::kBackend, "gloo rendezvous: rank " + std::to_string(rank_) +
+                                         ": " + endpoint() +
+                                         " did not answer with a tuttirun rendezvous hello");
+  }
+  nonce_.assign(hello + 5, 16);
+  seq_ = 0;
+}
+
+std::string RendezvousClient::request(Op op, const std::string& key, const std::string& value,
+                                      std::chrono::milliseconds wait, const std::string& what) {
+  if (key.size() > kRendezvousMaxKey || value.size() > kRendezvousMaxValue)
+    throwError(StatusCode::kInvalidArgument,
+               "gloo rendezvous: " + what + ": key of " + std::to_string(key.size()) +
+                   " bytes or value of " + std::to_string(value.size()) +
+                   " bytes exceeds the limit (4096 / 64 MiB)");
+  if (wait.count() < 0) wait = std::chrono::milliseconds(0);
+  std::lock_guard<std::mutex> lock(mutex_);
+  const TimePoint deadline = SteadyClock::now() + wait + kReplySlack;
+  if (fd_ >= 0) {
+    // The server closes idle or failed connections: reconnect when it has.
+    pollfd p{fd_, POLLIN, 0};
+    if (::poll(&p, 1, 0) > 0) closeLocked();
+  }
+  if (fd_ < 0) connectLocked(SteadyClock::now() + timeout_);
+
+  std::string frame = "TUTQ";
+  frame.push_back(static_cast<char>(op));
+  frame.append(3, '\0');
+  putLe(frame, ++seq_, 8);
+  putLe(frame, static_cast<uint64_t>(std::min<int64_t>(wait.count(), 0x7fffffff)), 4);
+  putLe(frame, key.size(), 4);
+  putLe(frame, value.size(), 8);
+  frame += key;
+  frame += value;
+  frame += hmac(secret_, "tutti-rdzv-req" + nonce_ + frame);
+
+  auto fail = [&](StatusCode code, const std::string& why) {
+    closeLocked();
+    throwError(code, "gloo rendezvous: rank " + std::to_string(rank_) + ": " + what + " at " +
+                         endpoint() + ": " + why);
+  };
+  for (size_t sent = 0; sent < frame.size();) {
+    if (!pollFor(fd_, POLLOUT, deadline)) fail(StatusCode::kTimeout, "send timed out");
+    ssize_t n = ::send(fd_, frame.data() + sent, frame.size() - sent, MSG_NOSIGNAL);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+    if (n <= 0) fail(StatusCode::kBackend, std::string("send failed: ") + std::strerror(errno));
+    sent += static_cast<size_t>(n);
+  }
+  auto readExact = [&](std::string& out, size_t bytes) {
+    out.resize(bytes);
+    for (size_t got = 0; got < bytes;) {
+      if (!pollFor(fd_, POLLIN, deadline))
+        fail(StatusCode::kTimeout, "no reply within " + std::to_string(wait.count()) +
+                                       " ms plus slack");
+      ssize_t n = ::recv(fd_, &out[got], bytes - got, 0);
+      if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+      if (n <= 0) fail(StatusCode::kBackend, "the server closed the connection");
+      got += static_cast<size_t>(n);
+    }
+  };
+  std::string header, payload, mac;
+  readExact(header, kResponseHeaderBytes);
+  if (header.compare(0, 4, "TUTA") != 0) fail(StatusCode::kBackend, "malformed reply");
+  const uint8_t status = static_cast<uint8_t>(header[4]);
+  const uint64_t seq = getLe(&header[8], 8);
+  const uint64_t length = getLe(&header[16], 8);
+  if (length > kRendezvousMaxValue + 4096) fail(StatusCode::kBackend, "oversized reply");
+  readExact(payload, static_cast<size_t>(length));
+  readExact(mac, kMacBytes);
+  if (status == kUnauthenticated)
+    fail(StatusCode::kBackend, "the server rejected the request's HMAC (does TUTTI_SECRET "
+                               "match the job's secret?): " + payload);
+  const std::string expect = hmac(secret_, "tutti-rdzv-resp" + nonce_ + header + payload);
+  if (CRYPTO_memcmp(expect.data(), mac.data(), kMacBytes) != 0 || seq != seq_)
+    fail(StatusCode::kBackend, "reply failed authentication (wrong secret or not tuttirun)");
+  if (status == kTimedOut) {
+    throwError(StatusCode::kTimeout, "gloo rendezvous: rank " + std::to_string(rank_) + ": " +
+                                         what + " at " + endpoint() + " timed out after " +
+                                         std::to_string(wait.count()) + " ms: " + payload);
+  }
+  if (status != kOk) fail(StatusCode::kBackend, "server error: " + payload);
+  return payload;
+}
+
+void RendezvousClient::set(const std::string& key, const std::vector<char>& data) {
+  request(kSet, key, std::string(data.begin(), data.end()), std::chrono::milliseconds(0),
+          "SET '" + key + "'");
+}
+
+std::vector<char> RendezvousClient::get(const std::string& key) {
+  std::string value = request(kGet, key, "", timeout_, "GET '" + key + "'");
+  return std::vector<char>(value.begin(), value.end());
+}
+
+void RendezvousClient::wait(const std::vector<std::string>& keys) { wait(keys, timeout_); }
+
+void RendezvousClient::wait(const std::vector<std::string>& keys,
+                            const std::chrono::milliseconds& timeout) {
+  std::string value;
+  std::string names;
+  for (const auto& key : keys) {
+    putLe(value, key.size(), 4);
+    value += key;
+    names += (names.empty() ? "'" : ", '") + key + "'";
+  }
+  request(kWait, "", value, timeout.count() > 0 ? timeout : timeout_, "WAIT for " + names);
+}
+
+int64_t RendezvousClient::add(const std::string& key, int64_t delta) {
+  std::string value;
+  putLe(value, static_cast<uint64_t>(delta), 8);
+  std::string reply = request(kAdd, key, value, std::chrono::milliseconds(0),
+                              "ADD '" + key + "'");
+  if (reply.size() != 8)
+    throwError(StatusCode::kBackend, "gloo rendezvous: ADD '" + key + "': malformed reply");
+  return static_cast<int64_t>(getLe(reply.data(), 8));
+}
+
+}  // namespace detail
+}  // namespace tutti

@@ -1,0 +1,88 @@
+// One NCCL communicator on one CUDA device, with the stream its ops run on.
+//
+// The communicator is non-blocking (ncclConfig_t.blocking = 0), so no NCCL call can hang the
+// background thread: init, enqueue and completion are all polled against a Deadline, and a
+// timeout aborts the communicator (ncclCommAbort) before it throws.
+//
+// Ownership and threads: owned by NcclBackend, used only from the background thread, except
+// abort(), which any thread may call. After a timeout, an async NCCL/CUDA error or abort(),
+// the communicator is poisoned: every later call throws the first error again.
+#pragma once
+
+#include "backends/backend.h"
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace tutti {
+namespace detail {
+
+class NcclComm {
+ public:
+  // Collective over the members of `control`'s group: 1. each member sets up its device
+  // and stream, group rank 0 makes an ncclUniqueId, 2. the control plane broadcasts it,
+  // 3. the members AND their setup results, 4. every member inits its rank on CUDA device
+  // `device` and polls until NCCL reports it ready or `deadline` passes.
+  NcclComm(ControlPlane& control, int device, Deadline deadline);
+  ~NcclComm();
+  NcclComm(const NcclComm&) = delete;
+  NcclComm& operator=(const NcclComm&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  int device() const { return device_; }
+  int version() const { return version_; }
+  ncclComm_t get() const { return comm_; }
+  cudaStream_t stream() const { return stream_; }
+
+  // Starts an op described by `what` ("allreduce of 1024 x float32 (sum)"): rethrows the
+  // sticky error if poisoned, makes this device current, remembers `what` for messages.
+  // The op lasts as long as the returned lock (abort() then defers to the op's polling).
+  std::unique_lock<std::mutex> begin(const std::string& what);
+  // Checks an NCCL enqueue result; ncclInProgress (non-blocking) is polled until the
+  // communicator is ready or the deadline passes.
+  void check(ncclResult_t result, const char* call, Deadline deadline);
+  // Checks a CUDA runtime result of the current op.
+  void checkCuda(cudaError_t result, const char* call);
+  // Waits until everything enqueued on the stream has finished, polling with backoff
+  // (cudaStreamQuery, ncclCommGetAsyncError, abort requests) until the deadline.
+  void finish(Deadline deadline);
+  // Rank/device prefix for messages: "NCCL rank 1 of 4 (CUDA device 1)".
+  std::string who() const;
+
+  // Any thread. Aborts the communicator now when no op is in flight, else makes the
+  // in-flight op abort within a poll interval.
+  void abort(const std::string& reason);
+
+ private:
+  // Poisons the communicator (aborting it), then throws Error(code, message).
+  [[noreturn]] void fail(StatusCode code, const std::string& message);
+  // Waits while ncclCommGetAsyncError reports ncclInProgress.
+  void waitReady(const char* call, Deadline deadline);
+  // Throws when an async NCCL error or an abort request is pending.
+  void pollErrors(const char* call);
+  void abortComm();  // ncclCommAbort once; caller holds op_mutex_
+  std::string lastError() const;
+
+  int rank_ = 0, size_ = 1, device_ = 0, version_ = 0;
+  ncclComm_t comm_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+  std::string what_;         // the current op, for messages
+  Clock::time_point start_;  // when the current op began
+  std::mutex op_mutex_;      // held during an op; guards comm_, poisoned_, poison_*
+  std::mutex reason_mutex_;  // guards abort_reason_
+  std::atomic<bool> abort_requested_{false};
+  std::string abort_reason_;
+  bool poisoned_ = false;
+  StatusCode poison_code_ = StatusCode::kOk;
+  std::string poison_message_;
+};
+
+}  // namespace detail
+}  // namespace tutti

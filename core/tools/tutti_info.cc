@@ -1,0 +1,34 @@
+// tutti-info: what this build of Tutti has, and its settings table.
+//   tutti-info            backends built, and the settings in force from the environment
+//   tutti-info --env-markdown   the TUTTI_* table as Markdown (docs/env_vars.md embeds it)
+#include "backends/registry.h"
+#include "core/common.h"
+#include "core/config.h"
+
+#include <cstdio>
+#include <cstring>
+
+int main(int argc, char** argv) {
+  if (argc > 1 && std::strcmp(argv[1], "--env-markdown") == 0) {
+    std::fputs(tutti::configMarkdown().c_str(), stdout);
+    return 0;
+  }
+  if (argc > 1) {
+    std::fprintf(stderr, "usage: tutti-info [--env-markdown]\n");
+    return 2;
+  }
+  std::printf("Tutti %d.%d\nbackends built:", TUTTI_VERSION_MAJOR, TUTTI_VERSION_MINOR);
+  for (const auto& name : tutti::builtBackends()) std::printf(" %s", name.c_str());
+  std::printf("\n");
+  try {
+    tutti::Config c = tutti::parseConfig();
+    std::printf("topology: rank %d of %d (%s)\n", c.topology.rank, c.topology.size,
+                c.topology.source.c_str());
+    std::printf("fusion threshold: %lld bytes, cycle time: %g ms, timeout: %g s\n",
+                static_cast<long long>(c.fusion_threshold), c.cycle_time_ms, c.timeout_seconds);
+  } catch (const tutti::Error& e) {
+    std::fprintf(stderr, "tutti-info: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,1 @@
+"""tuttirun's implementation: host parsing, rendezvous server, process spawning, mpirun."""

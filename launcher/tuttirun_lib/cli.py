@@ -1,0 +1,244 @@
+"""tuttirun's command line: parse, then run the job with gloo (default) or mpirun."""
+import argparse
+import json
+import os
+import secrets
+import shlex
+import signal
+import subprocess
+import sys
+
+from . import hosts as hostlib
+from .mpi import mpirun_command
+from .rendezvous import RendezvousServer
+from .spawn import SECRET_ENV, Job, OutputForwarder, remote_command
+
+# Flags that only set a TUTTI_* variable in every worker: (flag, variable, converter).
+SETTINGS = [
+    ("fusion_threshold_mb", "TUTTI_FUSION_THRESHOLD", lambda v: str(int(v * 1024 * 1024))),
+    ("cycle_time_ms", "TUTTI_CYCLE_TIME_MS", str),
+    ("timeline_filename", "TUTTI_TIMELINE", str),
+    ("cache_capacity", "TUTTI_CACHE_CAPACITY", str),
+    ("stall_check_warning_time_seconds", "TUTTI_STALL_CHECK_TIME_SECONDS", str),
+    ("stall_check_shutdown_time_seconds", "TUTTI_STALL_SHUTDOWN_TIME_SECONDS", str),
+    ("log_level", "TUTTI_LOG_LEVEL", str),
+    ("start_timeout", "TUTTI_TIMEOUT_SECONDS", str),
+    ("network_interface", "TUTTI_GLOO_IFACE", str),
+]
+
+
+def make_parser():
+    p = argparse.ArgumentParser(
+        prog="tuttirun", usage="tuttirun -np N [options] command [args...]",
+        description="Launch a Tutti job: N copies of COMMAND with ranks, rendezvous and "
+                    "secret in their environment. See docs/launcher.md.")
+    p.add_argument("-np", "--num-proc", dest="np", type=int, help="number of processes")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("-H", "--hosts", help="host1:slots,host2:slots (default localhost:NP)")
+    where.add_argument("--hostfile", help="file of 'host slots=N' lines")
+    how = p.add_mutually_exclusive_group()
+    how.add_argument("--gloo", action="store_true", help="gloo over TCP (the default)")
+    how.add_argument("--mpi", action="store_true", help="run the equivalent mpirun command")
+    p.add_argument("--ssh-port", type=int, help="ssh port of remote hosts")
+    p.add_argument("--ssh-identity-file", help="ssh private key for remote hosts")
+    p.add_argument("-x", dest="export", action="append", default=[], metavar="VAR[=VALUE]",
+                   help="pass VAR (from this environment, or set to VALUE) to every worker")
+    p.add_argument("--fusion-threshold-mb", type=float, metavar="MB",
+                   help="fusion buffer size (TUTTI_FUSION_THRESHOLD, in bytes)")
+    p.add_argument("--cycle-time-ms", type=float, metavar="MS",
+                   help="batching bound of one round (TUTTI_CYCLE_TIME_MS)")
+    p.add_argument("--timeline-filename", metavar="FILE",
+                   help="write a Chrome-tracing timeline (TUTTI_TIMELINE)")
+    p.add_argument("--cache-capacity", type=int, metavar="N",
+                   help="response cache entries, 0 = off (TUTTI_CACHE_CAPACITY)")
+    p.add_argument("--stall-check-warning-time-seconds", type=float, metavar="S",
+                   help="warn about stalled tensors (TUTTI_STALL_CHECK_TIME_SECONDS)")
+    p.add_argument("--stall-check-shutdown-time-seconds", type=float, metavar="S",
+                   help="fail after a stall this long (TUTTI_STALL_SHUTDOWN_TIME_SECONDS)")
+    p.add_argument("--no-stall-check", action="store_true",
+                   help="disable the stall check (TUTTI_STALL_CHECK_DISABLE=1)")
+    p.add_argument("--log-level", choices=["trace", "debug", "info", "warning", "error",
+                                           "fatal"],
+                   help="TUTTI_LOG_LEVEL")
+    p.add_argument("--start-timeout", type=float, metavar="S",
+                   help="rendezvous/connection deadline (exported as TUTTI_TIMEOUT_SECONDS)")
+    p.add_argument("--network-interface", metavar="IFACE",
+                   help="interface for gloo traffic and the rendezvous server")
+    p.add_argument("--output-filename", metavar="DIR",
+                   help="also write DIR/rank.N/stdout and DIR/rank.N/stderr")
+    p.add_argument("--check-build", action="store_true",
+                   help="print the backends and frameworks this build has, and exit")
+    p.add_argument("--verbose", action="store_true", help="print what is started")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print the plan (or the mpirun command) without starting anything")
+    p.add_argument("command", nargs=argparse.REMAINDER)
+    return p
+
+
+def fail(message, code=2):
+    print("tuttirun: error: " + message, file=sys.stderr, flush=True)
+    sys.exit(code)
+
+
+def check_build(lib_dir):
+    info = {}
+    path = os.path.join(lib_dir, "build_info.json")
+    if os.path.exists(path):
+        with open(path) as f:
+            info = json.load(f)
+    built = {name: bool(info.get(name)) for name in ("mpi", "gloo", "nccl", "torch")}
+    source = "build configuration"
+    library = info.get("library")
+    if library and not os.path.exists(library):
+        # Installed under another prefix than configured: look next to share/tutti.
+        import glob
+        prefix = os.path.normpath(os.path.join(lib_dir, "..", "..", ".."))
+        found = sorted(glob.glob(os.path.join(prefix, "lib*", "libtutti.so*")) +
+                       glob.glob(os.path.join(prefix, "lib*", "*", "libtutti.so*")))
+        library = found[0] if found else None
+    if library and os.path.exists(library):
+        try:  # the library's own answer wins over the configure-time record
+            import ctypes
+            lib = ctypes.CDLL(library)
+            lib.tutti_backend_built.argtypes = [ctypes.c_char_p]
+            for name in ("mpi", "gloo", "nccl"):
+                built[name] = bool(lib.tutti_backend_built(name.encode()))
+            source = library
+        except (OSError, AttributeError):
+            pass
+    mark = lambda flag: "[X]" if flag else "[ ]"
+    print("Tutti v%s (from %s):\n" % (info.get("version", "?"), source))
+    print("Available Frameworks:\n    %s PyTorch" % mark(built["torch"]))
+    print("Available Controllers:\n    %s MPI\n    %s Gloo" % (mark(built["mpi"]),
+                                                           mark(built["gloo"])))
+    print("Available Tensor Operations:\n    %s NCCL\n    %s MPI\n    %s Gloo" % (
+        mark(built["nccl"]), mark(built["mpi"]), mark(built["gloo"])))
+    return 0
+
+
+def settings_env(args):
+    env = {}
+    for attr, var, convert in SETTINGS:
+        value = getattr(args, attr)
+        if value is not None:
+            env[var] = convert(value)
+    if args.no_stall_check:
+        env["TUTTI_STALL_CHECK_DISABLE"] = "1"
+    for item in args.export:
+        name, eq, value = item.partition("=")
+        if not name or not (name.replace("_", "a").isalnum() and not name[0].isdigit()):
+            fail("-x %r: expected VAR or VAR=VALUE" % item)
+        if eq:
+            env[name] = value
+        elif name in os.environ:
+            env[name] = os.environ[name]
+        else:
+            print("tuttirun: warning: -x %s: not set here, not passed" % name,
+                  file=sys.stderr)
+    if SECRET_ENV in env or "TUTTI_SECRET_FILE" in env:
+        fail("the job secret is generated by tuttirun; do not pass it with -x")
+    return env
+
+
+def run_mpi(args, host_list, env):
+    env = dict(env, TUTTI_CPU_OPERATIONS="mpi")
+    argv = mpirun_command(args.np, host_list, env, args.command, args.output_filename)
+    if args.verbose or args.dry_run:
+        print("tuttirun: " + " ".join(shlex.quote(a) for a in argv), flush=True)
+    if args.dry_run:
+        return 0
+    try:
+        proc = subprocess.Popen(argv)
+    except FileNotFoundError:
+        fail("mpirun not found on PATH (Open MPI is needed for --mpi)", 127)
+    forward = lambda signum, _frame: proc.send_signal(signum)
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, forward)
+    code = proc.wait()
+    return 128 - code if code < 0 else code
+
+
+def run_gloo(args, host_list, env):
+    slots = hostlib.place(host_list, args.np)
+    local = {h: hostlib.is_local(h) for h, _ in host_list}
+    if all(local[s.host] for s in slots):
+        address = "127.0.0.1"
+    elif args.network_interface:
+        address = hostlib.interface_address(args.network_interface)
+    else:
+        address = hostlib.address_toward(next(s.host for s in slots if not local[s.host]))
+    secret = secrets.token_hex(32)  # 32 random bytes, only ever in environments and pipes
+    env = dict(env, TUTTI_CPU_OPERATIONS="gloo", TUTTI_RENDEZVOUS_ADDR=address)
+    if args.dry_run:
+        for s in slots:
+            where = "local" if local[s.host] else "ssh"
+            print("tuttirun: rank %d on %s (%s): %s" % (s.rank, s.host, where, " ".join(
+                "%s=%s" % kv for kv in sorted(dict(env, **s.env(args.np)).items()))))
+        return 0
+    # Bound and listening now; its threads start after the workers (see spawn.py).
+    server = RendezvousServer(bytes.fromhex(secret), host=address)
+    env["TUTTI_RENDEZVOUS_PORT"] = str(server.port)
+    job = Job(OutputForwarder(args.output_filename))
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, job.on_signal)
+    try:
+        for s in slots:
+            worker_env = dict(env, **s.env(args.np))
+            if args.verbose:
+                print("tuttirun: starting rank %d on %s: %s" % (
+                    s.rank, s.host, " ".join(shlex.quote(a) for a in args.command)),
+                    file=sys.stderr, flush=True)
+            if local[s.host]:
+                full = dict(os.environ)
+                full.pop("TUTTI_SECRET_FILE", None)
+                full.update(worker_env)
+                full[SECRET_ENV] = secret
+                job.start_local(s, args.command, full)
+            else:
+                for name, value in os.environ.items():
+                    if name.startswith("TUTTI_") and name not in (SECRET_ENV,
+                                                                  "TUTTI_SECRET_FILE"):
+                        worker_env.setdefault(name, value)
+                argv, stdin = remote_command(s.host, args.command, worker_env, os.getcwd(),
+                                             secret, args.ssh_port, args.ssh_identity_file,
+                                             args.start_timeout)
+                job.start_remote(s, argv, stdin)
+            if job.interrupted is not None:
+                break
+    except OSError as e:
+        print("tuttirun: cannot start rank %d (%s): %s" % (s.rank, args.command[0], e),
+              file=sys.stderr, flush=True)
+        job.forward_output()
+        job.stop()
+        server.stop()
+        return 127
+    job.forward_output()
+    server.start()
+    code = job.wait()
+    server.stop()
+    return code
+
+
+def main(argv=None, lib_dir=None):
+    args = make_parser().parse_args(argv)
+    if args.check_build:
+        return check_build(lib_dir or os.path.dirname(os.path.abspath(__file__)))
+    if args.command and args.command[0] == "--":
+        args.command = args.command[1:]
+    if args.np is None or args.np < 1:
+        fail("-np N (N >= 1) is required")
+    if not args.command:
+        fail("no command to run")
+    try:
+        if args.hosts:
+            host_list = hostlib.parse_hosts(args.hosts)
+        elif args.hostfile:
+            host_list = hostlib.parse_hostfile(args.hostfile)
+        else:
+            host_list = None
+        env = settings_env(args)
+        if args.mpi:
+            return run_mpi(args, host_list, env)
+        return run_gloo(args, host_list or [("localhost", args.np)], env)
+    except (hostlib.HostError, OSError) as e:
+        fail(str(e))

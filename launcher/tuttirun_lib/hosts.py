@@ -1,0 +1,145 @@
+"""Host lists (-H / --hostfile), rank placement and local-host detection."""
+import socket
+import struct
+
+
+class HostError(ValueError):
+    pass
+
+
+def _parse_slots(text, where):
+    try:
+        slots = int(text)
+    except ValueError:
+        raise HostError("%s: slots must be a positive integer, got %r" % (where, text))
+    if slots < 1:
+        raise HostError("%s: slots must be a positive integer, got %d" % (where, slots))
+    return slots
+
+
+def parse_hosts(spec):
+    """'h1:2,h2:4,h3' -> [('h1', 2), ('h2', 4), ('h3', 1)]."""
+    hosts = []
+    for item in spec.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        if item.count(":") == 1:
+            name, slots = item.split(":")
+            hosts.append((name, _parse_slots(slots, "-H %s" % item)))
+        else:  # a bare name, or an IPv6 address without slots
+            hosts.append((item, 1))
+    if not hosts:
+        raise HostError("-H %r names no host" % spec)
+    return hosts
+
+
+def parse_hostfile(path):
+    """Lines 'host slots=N' (or 'host:N' or 'host'); '#' starts a comment."""
+    hosts = []
+    with open(path) as f:
+        for number, line in enumerate(f, 1):
+            line = line.split("#", 1)[0].strip()
+            if not line:
+                continue
+            where = "%s:%d" % (path, number)
+            fields = line.split()
+            name, slots = fields[0], 1
+            if ":" in name and name.count(":") == 1:
+                name, text = name.split(":")
+                slots = _parse_slots(text, where)
+            for field in fields[1:]:
+                if field.startswith("slots="):
+                    slots = _parse_slots(field[len("slots="):], where)
+                elif field.startswith("max_slots=") or field.startswith("max-slots="):
+                    pass
+                else:
+                    raise HostError("%s: unexpected %r (expected 'host slots=N')" % (where,
+                                                                                   field))
+            hosts.append((name, slots))
+    if not hosts:
+        raise HostError("hostfile %s names no host" % path)
+    return hosts
+
+
+class Slot:
+    """One process of the job: its rank and where it runs."""
+
+    def __init__(self, rank, host, local_rank):
+        self.rank, self.host, self.local_rank = rank, host, local_rank
+        self.local_size = self.cross_rank = self.cross_size = 0
+
+    def env(self, size):
+        return {
+            "TUTTI_RANK": str(self.rank), "TUTTI_SIZE": str(size),
+            "TUTTI_LOCAL_RANK": str(self.local_rank), "TUTTI_LOCAL_SIZE": str(self.local_size),
+            "TUTTI_CROSS_RANK": str(self.cross_rank), "TUTTI_CROSS_SIZE": str(self.cross_size),
+        }
+
+
+def place(hosts, np):
+    """Fills hosts in order up to their slots. Local ranks count within a host; cross ranks
+    count the hosts that have a process with the same local rank (as Horovod does)."""
+    total = sum(slots for _, slots in hosts)
+    if np > total:
+        raise HostError("-np %d asks for more processes than the hosts have slots (%d: %s)" %
+                        (np, total, ", ".join("%s:%d" % h for h in hosts)))
+    slots, rank = [], 0
+    for host, count in hosts:
+        for local in range(count):
+            if rank == np:
+                break
+            slots.append(Slot(rank, host, local))
+            rank += 1
+    by_host = {}
+    for s in slots:
+        by_host.setdefault(s.host, []).append(s)
+    for group in by_host.values():
+        for s in group:
+            s.local_size = len(group)
+    by_local = {}
+    for s in slots:
+        by_local.setdefault(s.local_rank, []).append(s)
+    for group in by_local.values():
+        for index, s in enumerate(group):
+            s.cross_rank, s.cross_size = index, len(group)
+    return slots
+
+
+def is_local(host):
+    """localhost, 127.x, ::1, this machine's names, or any address bound here."""
+    if host in ("localhost", "::1") or host.startswith("127."):
+        return True
+    if host in (socket.gethostname(), socket.getfqdn()):
+        return True
+    try:
+        infos = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
+    except socket.gaierror:
+        return False
+    for family, _, _, _, addr in infos:
+        try:
+            with socket.socket(family, socket.SOCK_DGRAM) as s:
+                s.bind((addr[0], 0))  # succeeds only for an address of this machine
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def interface_address(iface):
+    """IPv4 address of a network interface (SIOCGIFADDR)."""
+    import fcntl
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            packed = fcntl.ioctl(s.fileno(), 0x8915, struct.pack("256s", iface.encode()[:15]))
+        except OSError as e:
+            raise HostError("--network-interface %s: no IPv4 address (%s)" % (iface, e))
+    return socket.inet_ntoa(packed[20:24])
+
+
+def address_toward(host):
+    """The local address the kernel uses to reach `host` (no packet is sent)."""
+    family, _, _, _, addr = socket.getaddrinfo(host, 9, proto=socket.IPPROTO_UDP)[0]
+    with socket.socket(family, socket.SOCK_DGRAM) as s:
+        s.connect(addr)
+        return s.getsockname()[0]

@@ -1,0 +1,146 @@
+// Helpers of the gloo process tests: a Config from tuttirun's environment (until the core's
+// parseConfig lands they must not depend on it), value generators with exactly representable
+// results, and a failure counter that makes the process exit non-zero.
+#pragma once
+
+#include "core/common.h"
+#include "core/config.h"
+#include "core/reduce.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace tutti {
+namespace test {
+
+inline std::string envOr(const char* name, const std::string& fallback) {
+  const char* value = std::getenv(name);
+  return value ? value : fallback;
+}
+
+inline Config configFromEnv() {
+  Config c;
+  c.topology.rank = std::stoi(envOr("TUTTI_RANK", "0"));
+  c.topology.size = std::stoi(envOr("TUTTI_SIZE", "1"));
+  c.topology.source = "tuttirun";
+  c.rendezvous_addr = envOr("TUTTI_RENDEZVOUS_ADDR", "");
+  c.rendezvous_port = std::stoi(envOr("TUTTI_RENDEZVOUS_PORT", "0"));
+  c.secret = envOr("TUTTI_SECRET", "");
+  const std::string file = envOr("TUTTI_SECRET_FILE", "");
+  if (c.secret.empty() && !file.empty()) {
+    std::ifstream in(file);
+    std::getline(in, c.secret);
+  }
+  c.gloo_iface = envOr("TUTTI_GLOO_IFACE", "");
+  c.timeout_seconds = std::stod(envOr("TUTTI_TIMEOUT_SECONDS", "60"));
+  c.cpu_operations = "gloo";
+  return c;
+}
+
+// Counts failed checks; the first few are printed with the rank.
+class Checker {
+ public:
+  explicit Checker(int rank) : rank_(rank) {}
+  void check(bool ok, const std::string& what) {
+    ++checks_;
+    if (ok) return;
+    if (++failures_ <= 20) std::fprintf(stderr, "rank %d: FAILED %s\n", rank_, what.c_str());
+  }
+  int finish(const char* name) const {
+    std::printf("rank %d: %s: %d checks, %d failures\n", rank_, name, checks_, failures_);
+    std::fflush(stdout);
+    return failures_ == 0 ? 0 : 1;
+  }
+
+ private:
+  int rank_;
+  int checks_ = 0;
+  int failures_ = 0;
+};
+
+// Stores double `v` (a small integer) as `dtype` at index i.
+inline void storeValue(void* base, int64_t i, DataType dtype, double v) {
+  switch (dtype) {
+    case DataType::kUInt8: static_cast<uint8_t*>(base)[i] = static_cast<uint8_t>(v); break;
+    case DataType::kInt8: static_cast<int8_t*>(base)[i] = static_cast<int8_t>(v); break;
+    case DataType::kUInt16: static_cast<uint16_t*>(base)[i] = static_cast<uint16_t>(v); break;
+    case DataType::kInt16: static_cast<int16_t*>(base)[i] = static_cast<int16_t>(v); break;
+    case DataType::kInt32: static_cast<int32_t*>(base)[i] = static_cast<int32_t>(v); break;
+    case DataType::kInt64: static_cast<int64_t*>(base)[i] = static_cast<int64_t>(v); break;
+    case DataType::kFloat16:
+      static_cast<uint16_t*>(base)[i] = floatToHalf(static_cast<float>(v));
+      break;
+    case DataType::kBFloat16:
+      static_cast<uint16_t*>(base)[i] = floatToBfloat16(static_cast<float>(v));
+      break;
+    case DataType::kFloat32: static_cast<float*>(base)[i] = static_cast<float>(v); break;
+    case DataType::kFloat64: static_cast<double*>(base)[i] = v; break;
+    case DataType::kBool: static_cast<uint8_t*>(base)[i] = v != 0 ? 1 : 0; break;
+  }
+}
+
+inline double loadValue(const void* base, int64_t i, DataType dtype) {
+  switch (dtype) {
+    case DataType::kUInt8: return static_cast<const uint8_t*>(base)[i];
+    case DataType::kInt8: return static_cast<const int8_t*>(base)[i];
+    case DataType::kUInt16: return static_cast<const uint16_t*>(base)[i];
+    case DataType::kInt16: return static_cast<const int16_t*>(base)[i];
+    case DataType::kInt32: return static_cast<const int32_t*>(base)[i];
+    case DataType::kInt64: return static_cast<double>(static_cast<const int64_t*>(base)[i]);
+    case DataType::kFloat16: return halfToFloat(static_cast<const uint16_t*>(base)[i]);
+    case DataType::kBFloat16: return bfloat16ToFloat(static_cast<const uint16_t*>(base)[i]);
+    case DataType::kFloat32: return static_cast<const float*>(base)[i];
+    case DataType::kFloat64: return static_cast<const double*>(base)[i];
+    case DataType::kBool: return static_cast<const uint8_t*>(base)[i] != 0 ? 1 : 0;
+  }
+  return 0;
+}
+
+inline bool isUnsigned(DataType dtype) {
+  return dtype == DataType::kUInt8 || dtype == DataType::kUInt16 || dtype == DataType::kBool;
+}
+
+// Rank r's element i for reduce op `op`: small integers whose sum/min/max/product over up
+// to 4 ranks is exact in every dtype (|sum| <= 12, |product| <= 16).
+inline double inputValue(int r, int64_t i, DataType dtype, ReduceOp op, int salt) {
+  const int64_t k = r * 5 + i * 3 + salt;
+  if (dtype == DataType::kBool) return ((k * 7) % 3) != 0 ? 1 : 0;
+  if (op == ReduceOp::kProduct) {
+    static const double kSigned[] = {1, 2, -1}, kUnsigned[] = {1, 2, 1};
+    return (isUnsigned(dtype) ? kUnsigned : kSigned)[k % 3];
+  }
+  return isUnsigned(dtype) ? static_cast<double>(k % 4) : static_cast<double>(k % 7 - 3);
+}
+
+// The reduction of every rank's value, computed here in double.
+inline double referenceValue(int size, int64_t i, DataType dtype, ReduceOp op, int salt) {
+  double acc = inputValue(0, i, dtype, op, salt);
+  for (int r = 1; r < size; ++r) {
+    double v = inputValue(r, i, dtype, op, salt);
+    switch (op) {
+      case ReduceOp::kSum: acc = dtype == DataType::kBool ? (acc || v) : acc + v; break;
+      case ReduceOp::kMin: acc = dtype == DataType::kBool ? (acc && v) : std::min(acc, v); break;
+      case ReduceOp::kMax: acc = dtype == DataType::kBool ? (acc || v) : std::max(acc, v); break;
+      case ReduceOp::kProduct: acc = dtype == DataType::kBool ? (acc && v) : acc * v; break;
+      default: break;
+    }
+  }
+  return acc;
+}
+
+inline const std::vector<DataType>& allDataTypes() {
+  static const std::vector<DataType> types = {
+      DataType::kUInt8,   DataType::kInt8,     DataType::kUInt16,  DataType::kInt16,
+      DataType::kInt32,   DataType::kInt64,    DataType::kFloat16, DataType::kBFloat16,
+      DataType::kFloat32, DataType::kFloat64,  DataType::kBool};
+  return types;
+}
+
+}  // namespace test
+}  // namespace tutti

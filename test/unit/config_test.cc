@@ -1,0 +1,106 @@
+#include "core/common.h"
+#include "core/config.h"
+
+#include <catch2/catch.hpp>
+
+#include <fstream>
+#include <sstream>
+
+using namespace tutti;
+using Env = std::map<std::string, std::string>;
+
+TEST_CASE("config defaults with an empty environment") {
+  Env env;
+  Config c = parseConfig(&env);
+  CHECK(c.fusion_threshold == 128ll * 1024 * 1024);
+  CHECK(c.cycle_time_ms == 1.0);
+  CHECK(c.cpu_operations.empty());
+  CHECK(c.cache_capacity == 1024);
+  CHECK(c.log_level == LogLevel::kWarning);
+  CHECK(c.topology.size == 1);
+  CHECK(c.topology.rank == 0);
+  CHECK(c.topology.source == "single process");
+}
+
+TEST_CASE("config parses every kind of value") {
+  Env env = {{"TUTTI_FUSION_THRESHOLD", "1048576"}, {"TUTTI_CYCLE_TIME_MS", "2.5"},
+             {"TUTTI_CPU_OPERATIONS", "gloo"},      {"TUTTI_TIMEOUT_SECONDS", "30"},
+             {"TUTTI_LOG_LEVEL", "debug"},          {"TUTTI_STALL_CHECK_DISABLE", "1"},
+             {"TUTTI_CACHE_CAPACITY", "0"}};
+  Config c = parseConfig(&env);
+  CHECK(c.fusion_threshold == 1048576);
+  CHECK(c.cycle_time_ms == 2.5);
+  CHECK(c.cpu_operations == "gloo");
+  CHECK(c.timeout_seconds == 30);
+  CHECK(c.log_level == LogLevel::kDebug);
+  CHECK(c.stall_check_disable);
+  CHECK(c.cache_capacity == 0);
+}
+
+TEST_CASE("a bad value is an error naming the variable, the value and what was expected") {
+  auto message = [](Env env) {
+    try {
+      parseConfig(&env);
+    } catch (const Error& e) {
+      CHECK(e.code() == StatusCode::kInvalidArgument);
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  CHECK(message({{"TUTTI_CYCLE_TIME_MS", "abc"}}) ==
+        "TUTTI_CYCLE_TIME_MS='abc': expected a number in [0, 10000]");
+  CHECK(message({{"TUTTI_FUSION_THRESHOLD", "-1"}}).find("TUTTI_FUSION_THRESHOLD='-1'") == 0);
+  CHECK(message({{"TUTTI_FUSION_THRESHOLD", "12kb"}}).find("an integer") != std::string::npos);
+  CHECK(message({{"TUTTI_CPU_OPERATIONS", "nccl"}}) ==
+        "TUTTI_CPU_OPERATIONS='nccl': expected one of mpi, gloo, loopback");
+  CHECK(message({{"TUTTI_LOG_LEVEL", "loud"}}).find("one of trace, debug") != std::string::npos);
+  CHECK(message({{"TUTTI_STALL_CHECK_DISABLE", "maybe"}}).find("TUTTI_STALL_CHECK_DISABLE") == 0);
+  CHECK(message({{"TUTTI_RANK", "5"}, {"TUTTI_SIZE", "4"}}).find("TUTTI_RANK='5'") == 0);
+}
+
+TEST_CASE("topology comes from tuttirun, then Open MPI, then Slurm") {
+  Env tutti = {{"TUTTI_RANK", "3"},       {"TUTTI_SIZE", "4"},       {"TUTTI_LOCAL_RANK", "1"},
+               {"TUTTI_LOCAL_SIZE", "2"}, {"TUTTI_CROSS_RANK", "1"}, {"TUTTI_CROSS_SIZE", "2"},
+               {"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "9"}};
+  Topology t = parseConfig(&tutti).topology;
+  CHECK(t.source == "tuttirun");
+  CHECK((t.rank == 3 && t.size == 4 && t.local_rank == 1 && t.local_size == 2 &&
+         t.cross_rank == 1 && t.cross_size == 2));
+
+  Env ompi = {{"OMPI_COMM_WORLD_RANK", "2"}, {"OMPI_COMM_WORLD_SIZE", "3"},
+              {"OMPI_COMM_WORLD_LOCAL_RANK", "2"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "3"}};
+  t = parseConfig(&ompi).topology;
+  CHECK(t.source == "Open MPI");
+  CHECK((t.rank == 2 && t.size == 3 && t.local_rank == 2 && t.local_size == 3 &&
+         t.cross_rank == 0 && t.cross_size == 1));
+
+  Env slurm = {{"SLURM_PROCID", "5"}, {"SLURM_NTASKS", "8"}, {"SLURM_LOCALID", "1"},
+               {"SLURM_NTASKS_PER_NODE", "4(x2)"}, {"SLURM_NODEID", "1"}, {"SLURM_NNODES", "2"}};
+  t = parseConfig(&slurm).topology;
+  CHECK(t.source == "Slurm");
+  CHECK((t.rank == 5 && t.size == 8 && t.local_rank == 1 && t.local_size == 4 &&
+         t.cross_rank == 1 && t.cross_size == 2));
+}
+
+TEST_CASE("the secret can come from a file") {
+  std::string path = "/tmp/tutti_config_test_secret";
+  std::ofstream(path) << "abcdef0123\n";
+  Env env = {{"TUTTI_SECRET_FILE", path}};
+  CHECK(parseConfig(&env).secret == "abcdef0123");
+  Env both = {{"TUTTI_SECRET", "fromenv"}, {"TUTTI_SECRET_FILE", path}};
+  CHECK(parseConfig(&both).secret == "fromenv");
+  Env missing = {{"TUTTI_SECRET_FILE", "/nonexistent/secret"}};
+  CHECK_THROWS_AS(parseConfig(&missing), Error);
+}
+
+TEST_CASE("docs/env_vars.md lists every variable of the config table") {
+  std::ifstream in(std::string(TUTTI_SOURCE_DIR) + "/docs/env_vars.md");
+  REQUIRE(in.good());
+  std::stringstream doc;
+  doc << in.rdbuf();
+  for (const auto& var : configTable()) {
+    INFO(var.name);
+    CHECK(doc.str().find(std::string("`") + var.name + "`") != std::string::npos);
+  }
+  CHECK(configMarkdown().find("| `TUTTI_CYCLE_TIME_MS` | float | 1 |") != std::string::npos);
+}

@@ -1,0 +1,90 @@
+#include "core/fusion.h"
+
+#include <catch2/catch.hpp>
+
+using namespace tutti;
+
+namespace {
+Response allreduce(const std::string& name, int64_t count, DataType dtype = DataType::kFloat32) {
+  Response r;
+  r.names = {name};
+  r.counts = {count};
+  r.dtype = dtype;
+  return r;
+}
+}  // namespace
+
+TEST_CASE("fusion packs same-kind allreduces up to the threshold and keeps order") {
+  std::vector<Response> in = {allreduce("a", 10), allreduce("b", 10, DataType::kInt32),
+                              allreduce("c", 10), allreduce("d", 30), allreduce("e", 5)};
+  in[1].dtype = DataType::kInt32;
+  auto out = planFusion(in, 100);  // 25 floats fit
+  REQUIRE(out.size() == 3);
+  CHECK(out[0].names == std::vector<std::string>{"a", "c", "e"});
+  CHECK(out[0].counts == std::vector<int64_t>{10, 10, 5});
+  CHECK(out[1].names == std::vector<std::string>{"b"});
+  CHECK(out[2].names == std::vector<std::string>{"d"});
+}
+
+TEST_CASE("fusion never merges different ops, scales, errors or CUDA tensors") {
+  std::vector<Response> in(6, allreduce("x", 1));
+  for (size_t i = 0; i < in.size(); ++i) in[i].names = {std::string(1, char('a' + i))};
+  in[1].reduce_op = ReduceOp::kMax;
+  in[2].prescale = 2;
+  in[3].type = ResponseType::kError;
+  in[4].device = DeviceType::kCuda;
+  in[5].op = OpType::kBroadcast;
+  auto out = planFusion(in, 1 << 20);
+  CHECK(out.size() == 6);
+}
+
+TEST_CASE("threshold 0 disables fusion and the plan is deterministic") {
+  std::vector<Response> in = {allreduce("a", 1), allreduce("b", 1)};
+  CHECK(planFusion(in, 0).size() == 2);
+  auto p1 = planFusion(in, 1024), p2 = planFusion(in, 1024);
+  REQUIRE(p1.size() == 1);
+  CHECK(p1[0].names == p2[0].names);
+}
+
+TEST_CASE("the fusion buffer grows and is reused") {
+  FusionBuffer buffer;
+  void* a = buffer.reserve(100);
+  CHECK(buffer.capacity() >= 100);
+  CHECK(buffer.reserve(50) == a);
+  buffer.reserve(1 << 20);
+  CHECK(buffer.capacity() >= (1u << 20));
+}
+
+#include "core/response_cache.h"
+
+TEST_CASE("the response cache keys on what the ranks agreed on, with deterministic LRU") {
+  ResponseCache cache(2);
+  Request a;
+  a.name = "a";
+  a.shape = {4};
+  Response ra;
+  ra.names = {"a"};
+  cache.put(a, ra);
+  CHECK(cache.lookup(a) >= 0);
+  Request other_root = a;
+  other_root.root = 3;  // ignored by allreduce: still a hit
+  CHECK(cache.lookup(other_root) == cache.lookup(a));
+  Request other_shape = a;
+  other_shape.shape = {5};
+  CHECK(cache.lookup(other_shape) == -1);
+  Request grouped = a;
+  grouped.group = "g";
+  CHECK(cache.lookup(grouped) == -1);
+  Request b = a, c = a;
+  b.name = "b";
+  c.name = "c";
+  cache.put(b, ra);
+  cache.touch(cache.lookup(a));  // a is now more recent than b
+  cache.put(c, ra);              // evicts b
+  CHECK(cache.lookup(a) >= 0);
+  CHECK(cache.lookup(b) == -1);
+  CHECK(cache.lookup(c) >= 0);
+  ResponseCache off(0);
+  off.put(a, ra);
+  CHECK(off.lookup(a) == -1);
+}

@@ -1,0 +1,45 @@
+#include "core/reduce.h"
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <vector>
+
+using namespace tutti;
+
+TEST_CASE("float16 and bfloat16 conversions are exact where representable and round to nearest even") {
+  for (float f : {0.0f, 1.0f, -2.5f, 65504.0f, 0.000061035156f, 5.9604645e-08f})
+    CHECK(halfToFloat(floatToHalf(f)) == f);
+  CHECK(std::isinf(halfToFloat(floatToHalf(1e6f))));
+  CHECK(halfToFloat(floatToHalf(2049.0f)) == 2048.0f);  // tie rounds to even
+  CHECK(halfToFloat(floatToHalf(2051.0f)) == 2052.0f);
+  for (float f : {0.0f, 1.0f, -3.0f, 256.0f, std::ldexp(1.0f, 100)}) CHECK(bfloat16ToFloat(floatToBfloat16(f)) == f);
+  CHECK(std::isnan(bfloat16ToFloat(floatToBfloat16(std::nanf("")))));
+}
+
+TEST_CASE("16-bit floats are reduced in float, not byte-summed") {
+  std::vector<uint16_t> acc = {floatToHalf(1.5f), floatToHalf(-2.0f)};
+  std::vector<uint16_t> in = {floatToHalf(2.25f), floatToHalf(3.0f)};
+  reduceInto(acc.data(), in.data(), 2, DataType::kFloat16, ReduceOp::kSum);
+  CHECK(halfToFloat(acc[0]) == 3.75f);
+  CHECK(halfToFloat(acc[1]) == 1.0f);
+  std::vector<uint16_t> b = {floatToBfloat16(3.0f)}, c = {floatToBfloat16(-4.0f)};
+  reduceInto(b.data(), c.data(), 1, DataType::kBFloat16, ReduceOp::kProduct);
+  CHECK(bfloat16ToFloat(b[0]) == -12.0f);
+}
+
+TEST_CASE("bool reduces logically and integers scale by truncation") {
+  std::vector<uint8_t> a = {0, 1, 1, 0}, b = {0, 0, 1, 1};
+  auto x = a;
+  reduceInto(x.data(), b.data(), 4, DataType::kBool, ReduceOp::kSum);
+  CHECK(x == std::vector<uint8_t>{0, 1, 1, 1});
+  x = a;
+  reduceInto(x.data(), b.data(), 4, DataType::kBool, ReduceOp::kProduct);
+  CHECK(x == std::vector<uint8_t>{0, 0, 1, 0});
+  std::vector<int32_t> v = {7, -7, 10};
+  scaleInto(v.data(), v.data(), 3, DataType::kInt32, 0.5);
+  CHECK(v == std::vector<int32_t>{3, -3, 5});
+  std::vector<float> f = {1, 2}, g(2);
+  scaleInto(f.data(), g.data(), 2, DataType::kFloat32, 1.0);
+  CHECK(g == f);
+}

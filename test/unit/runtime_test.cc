@@ -1,0 +1,193 @@
+// The runtime end to end with threads as ranks: negotiation, ordering, errors, lifecycle.
+#include "test/unit/rank_threads.h"
+
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+
+using namespace tutti;
+using namespace tutti::test;
+
+TEST_CASE("allreduce of every dtype and reduce op at world sizes 1-5 and odd counts") {
+  for (int n : {1, 2, 3, 4, 5}) {
+    Failures failures;
+    runRanks(n, [](RankContext& c) {
+      int salt = 0;
+      for (DataType dtype : allDataTypes()) {
+        for (ReduceOp op : allReduceOps()) {
+          for (int64_t count : {0, 1, 6, 7, 129}) {
+            ++salt;
+            auto in = makeInput(dtype, op, c.rank, c.size, count, salt);
+            std::vector<uint8_t> out(in.size());
+            bool in_place = salt % 2 == 0;
+            TensorEntry e = makeTestEntry(OpType::kAllreduce, "t" + std::to_string(salt), {count},
+                                          dtype, in.data(), in_place ? in.data() : out.data());
+            e.request.reduce_op = op;
+            Status s = runOne(c.rt, std::move(e));
+            c.expectOk(s, "allreduce");
+            checkReduced(c.failures, "n=" + std::to_string(c.size) + " count=" + std::to_string(count),
+                         dtype, op, c.size, in_place ? in.data() : out.data(), 0, count, salt);
+          }
+        }
+      }
+    }, failures);
+    INFO("world size " << n);
+    CHECK(failures.summary() == "0 failure(s)");
+  }
+}
+
+TEST_CASE("average, prescale and postscale") {
+  Failures failures;
+  runRanks(3, [](RankContext& c) {
+    std::vector<float> x(5, static_cast<float>(c.rank + 1)), y(5);
+    TensorEntry e = makeTestEntry(OpType::kAllreduce, "avg", {5}, DataType::kFloat32, x.data(), y.data());
+    e.request.reduce_op = ReduceOp::kAverage;
+    e.request.prescale = 2.0;
+    e.request.postscale = 0.5;
+    c.expectOk(runOne(c.rt, std::move(e)), "average");
+    if (y[4] != 2.0f) c.fail("average: expected 2, got " + std::to_string(y[4]));  // (2+4+6)/3*0.5
+    std::vector<int32_t> i(3, c.rank == 0 ? 7 : 0);
+    TensorEntry ei = makeTestEntry(OpType::kAllreduce, "iavg", {3}, DataType::kInt32, i.data(), i.data());
+    ei.request.reduce_op = ReduceOp::kAverage;
+    c.expectOk(runOne(c.rt, std::move(ei)), "int average");
+    if (i[0] != 2) c.fail("int average: expected 7/3 -> 2, got " + std::to_string(i[0]));
+  }, failures);
+  CHECK(failures.summary() == "0 failure(s)");
+}
+
+TEST_CASE("tensors submitted in a different order on each rank all complete, fused") {
+  for (int n : {2, 3, 4}) {
+    Failures failures;
+    runRanks(n, [](RankContext& c) {
+      const int kTensors = 64;
+      std::vector<std::vector<float>> data(kTensors);
+      std::vector<Handle> handles(kTensors);
+      for (int k = 0; k < kTensors; ++k) {
+        int t = (k + c.rank * 17) % kTensors;  // rotated order per rank
+        data[t].assign(t + 1, static_cast<float>(c.rank + t));
+        Status s = submitOne(c.rt, makeTestEntry(OpType::kAllreduce, "grad." + std::to_string(t),
+                                                 {t + 1}, DataType::kFloat32, data[t].data(), data[t].data()),
+                             &handles[t]);
+        c.expectOk(s, "submit");
+      }
+      for (int t = 0; t < kTensors; ++t) {
+        c.expectOk(c.rt.wait(handles[t], 30, nullptr), "wait " + std::to_string(t));
+        float expected = static_cast<float>(c.size * t + c.size * (c.size - 1) / 2);
+        if (data[t][t] != expected)
+          c.fail("grad." + std::to_string(t) + ": expected " + std::to_string(expected) + " got " +
+                 std::to_string(data[t][t]));
+      }
+    }, failures);
+    CHECK(failures.summary() == "0 failure(s)");
+  }
+}
+
+TEST_CASE("a mismatch fails on every rank with the same message and the next op still works") {
+  Failures failures;
+  std::vector<std::string> messages(3);
+  runRanks(3, [&](RankContext& c) {
+    std::vector<float> x(12, 1.0f);
+    std::vector<int64_t> shape = c.rank == 1 ? std::vector<int64_t>{4, 3} : std::vector<int64_t>{3, 4};
+    Status s = runOne(c.rt, makeTestEntry(OpType::kAllreduce, "grad/w1", shape, DataType::kFloat32, x.data(), x.data()));
+    if (s.code() != StatusCode::kMismatch) c.fail("expected a mismatch, got: " + s.message());
+    messages[c.rank] = s.message();
+    c.expectOk(runOne(c.rt, makeTestEntry(OpType::kAllreduce, "grad/w1", {12}, DataType::kFloat32, x.data(), x.data())),
+               "next op");
+    if (x[0] != 3.0f) c.fail("next op result " + std::to_string(x[0]));
+  }, failures);
+  CHECK(failures.summary() == "0 failure(s)");
+  CHECK(messages[0] == "allreduce 'grad/w1': shape [3,4] on rank 0 but [4,3] on rank 1");
+  CHECK(messages[1] == messages[0]);
+  CHECK(messages[2] == messages[0]);
+}
+
+TEST_CASE("a duplicate name in flight is refused on that rank only") {
+  Failures failures;
+  runRanks(2, [](RankContext& c) {
+    std::vector<float> a(4, 1.0f), b(4, 1.0f);
+    Handle h1 = 0, h2 = 0;
+    if (c.rank == 0) {
+      c.expectOk(submitOne(c.rt, makeTestEntry(OpType::kAllreduce, "dup", {4}, DataType::kFloat32, a.data(), a.data()), &h1), "first");
+      Status s = submitOne(c.rt, makeTestEntry(OpType::kAllreduce, "dup", {4}, DataType::kFloat32, b.data(), b.data()), &h2);
+      if (s.code() != StatusCode::kDuplicateName) c.fail("expected duplicate name, got: " + s.message());
+      c.expectOk(c.rt.wait(h1, 30, nullptr), "wait first");
+    } else {
+      c.expectOk(runOne(c.rt, makeTestEntry(OpType::kAllreduce, "dup", {4}, DataType::kFloat32, a.data(), a.data())), "other rank");
+    }
+    if (a[0] != 2.0f) c.fail("result " + std::to_string(a[0]));
+  }, failures);
+  CHECK(failures.summary() == "0 failure(s)");
+}
+
+TEST_CASE("bad input is refused at submit with a clear message") {
+  Failures failures;
+  runRanks(2, [](RankContext& c) {
+    std::vector<float> x(4);
+    TensorEntry bad_root = makeTestEntry(OpType::kBroadcast, "b", {4}, DataType::kFloat32, x.data(), x.data());
+    bad_root.request.root = 2;
+    Handle h;
+    Status s = submitOne(c.rt, std::move(bad_root), &h);
+    if (s.message() != "broadcast 'b': root 2 is outside the process set (expected 0..1)") c.fail(s.message());
+    TensorEntry bad_splits = makeTestEntry(OpType::kAlltoall, "a", {4}, DataType::kFloat32, x.data(), nullptr);
+    bad_splits.request.splits = {1, 2};
+    s = submitOne(c.rt, std::move(bad_splits), &h);
+    if (s.message() != "alltoall 'a': splits sum to 3 but the first dimension is 4") c.fail(s.message());
+    s = submitOne(c.rt, makeTestEntry(OpType::kAllreduce, "n", {4}, DataType::kFloat32, nullptr, x.data()), &h);
+    if (s.code() != StatusCode::kInvalidArgument) c.fail("null input accepted");
+    s = submitOne(c.rt, makeTestEntry(OpType::kAllreduce, "n", {4}, DataType::kFloat32, x.data(), x.data()), &h, 7);
+    if (s.message() != "process set 7 does not exist") c.fail(s.message());
+    c.expectOk(c.rt.wait(0, 0, nullptr).code() == StatusCode::kInvalidArgument ? Status() : Status(StatusCode::kInternal, "handle 0 accepted"), "handle 0");
+  }, failures);
+  CHECK(failures.summary() == "0 failure(s)");
+}
+
+TEST_CASE("wait with a short timeout keeps the handle; one rank's shutdown stops every rank") {
+  Failures failures;
+  runRanks(2, [](RankContext& c) {
+    std::vector<float> x(4, 1.0f);
+    if (c.rank == 0) {
+      Handle h;
+      c.expectOk(submitOne(c.rt, makeTestEntry(OpType::kAllreduce, "late", {4}, DataType::kFloat32, x.data(), x.data()), &h), "submit");
+      Status s = c.rt.wait(h, 0.05, nullptr);
+      if (s.code() != StatusCode::kInProgress) c.fail("expected in progress, got " + s.message());
+      c.expectOk(c.rt.wait(h, 30, nullptr), "wait after in-progress");
+      c.rt.shutdown();
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      c.expectOk(runOne(c.rt, makeTestEntry(OpType::kAllreduce, "late", {4}, DataType::kFloat32, x.data(), x.data())), "late");
+      // Rank 0 shuts down: this rank's runtime stops with a clear, sticky status.
+      auto deadline = Clock::now() + std::chrono::seconds(10);
+      while (c.rt.stoppedStatus().ok() && Clock::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      Status s = runOne(c.rt, makeTestEntry(OpType::kAllreduce, "after", {4}, DataType::kFloat32, x.data(), x.data()));
+      if (s.message() != "Tutti was shut down: another rank called shutdown") c.fail("after shutdown: " + s.message());
+    }
+  }, failures);
+  CHECK(failures.summary() == "0 failure(s)");
+}
+
+TEST_CASE("the response cache: repeats, a changed shape under a cached name, eviction") {
+  for (int64_t capacity : {0, 2, 1024}) {
+    Failures failures;
+    runRanks(3, [](RankContext& c) {
+      for (int step = 0; step < 30; ++step) {
+        // Five names cycling through a cache of two slots: hits, misses and evictions.
+        std::string name = "w" + std::to_string(step % 5);
+        std::vector<float> x(4 + step % 5, static_cast<float>(c.rank + step));
+        c.expectOk(runOne(c.rt, makeTestEntry(OpType::kAllreduce, name, {static_cast<int64_t>(x.size())},
+                                              DataType::kFloat32, x.data(), x.data())), name);
+        float expected = static_cast<float>(3 * step + 3);
+        if (x.back() != expected) c.fail(name + " step " + std::to_string(step) + ": " + std::to_string(x.back()));
+      }
+      // Same name, a different shape on one rank: an error, not a hang on a stale hit.
+      std::vector<float> y(6, 1.0f);
+      int64_t n = c.rank == 2 ? 5 : 4;
+      Status s = runOne(c.rt, makeTestEntry(OpType::kAllreduce, "w0", {n}, DataType::kFloat32, y.data(), y.data()));
+      if (s.code() != StatusCode::kMismatch) c.fail("changed shape under a cached name: " + s.message());
+      c.expectOk(runOne(c.rt, makeTestEntry(OpType::kAllreduce, "w0", {4}, DataType::kFloat32, y.data(), y.data())), "w0 again");
+      if (y[0] != 3.0f) c.fail("w0 again: " + std::to_string(y[0]));
+    }, failures, [capacity](Config& config) { config.cache_capacity = capacity; });
+    INFO("cache capacity " << capacity);
+    CHECK(failures.summary() == "0 failure(s)");
+  }
+}
