@@ -5,6 +5,7 @@
 //  3. Per process set and plane ("control" / "data"): a gloo::rendezvous::Context over a
 //     PrefixStore "tutti/ps<id>/<plane>/<n>" (n counts how often this process connected
 //     that set and plane, identical on every member), connected as a full mesh.
+//  4. A timeout, a dead peer or abort() in any group poisons every group of the transport.
 #include "backends/gloo/gloo_transport.h"
 
 #include "backends/gloo/gloo_backend.h"
@@ -146,7 +147,7 @@ class GlooTransport : public Transport {
     } catch (const std::exception& e) {
       throwError(StatusCode::kBackend, what + " failed: " + e.what());
     }
-    return std::make_unique<detail::GlooGroup>(std::move(context), ranks, id, plane);
+    return std::make_unique<detail::GlooGroup>(std::move(context), ranks, id, plane, poison_);
   }
 
   const Config config_;
@@ -154,6 +155,8 @@ class GlooTransport : public Transport {
   std::unique_ptr<detail::RendezvousClient> store_;
   std::shared_ptr<gloo::transport::Device> device_;
   std::map<std::pair<int, std::string>, int> epochs_;
+  // The first failure of any group poisons every group of this transport.
+  std::shared_ptr<detail::GlooPoison> poison_ = std::make_shared<detail::GlooPoison>();
 };
 
 }  // namespace
