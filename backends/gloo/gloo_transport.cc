@@ -6,6 +6,7 @@
 //     PrefixStore "tutti/g<generation>/ps<id>/<plane>/<n>" (generation counts the transports
 //     this process made, so init after shutdown uses fresh keys; n counts how often it connected
 //     that set and plane, identical on every member), connected as a full mesh.
+//  4. A timeout, a dead peer or abort() in any group poisons every group of the transport.
 #include "backends/gloo/gloo_transport.h"
 
 #include "backends/gloo/gloo_backend.h"
@@ -152,7 +153,7 @@ class GlooTransport : public Transport {
     } catch (const std::exception& e) {
       throwError(StatusCode::kBackend, what + " failed: " + e.what());
     }
-    return std::make_unique<detail::GlooGroup>(std::move(context), ranks, id, plane);
+    return std::make_unique<detail::GlooGroup>(std::move(context), ranks, id, plane, poison_);
   }
 
   const Config config_;
@@ -161,6 +162,8 @@ class GlooTransport : public Transport {
   std::shared_ptr<gloo::transport::Device> device_;
   std::map<std::pair<int, std::string>, int> epochs_;
   const int generation_ = g_generation++;
+  // The first failure of any group poisons every group of this transport.
+  std::shared_ptr<detail::GlooPoison> poison_ = std::make_shared<detail::GlooPoison>();
 };
 
 }  // namespace
