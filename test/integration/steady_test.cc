@@ -215,3 +215,81 @@ TEST_CASE("broadcast, allgather, reducescatter and alltoall of >= 16 MiB", "[lar
   CHECK(compare(a2a_x, r.data, r.nbytes / 4, "big.a2a") == "");
   std::free(r.data);
 }
+
+TEST_CASE("cached allgather and alltoall names whose sizes change every step", "[steady]") {
+  requireInit();
+  const int me = rank(), n = size();
+  const DataType d = DataType::kInt32;
+  for (int step = 0; step < 12; ++step) {
+    // allgather: rank r sends (r + step) % 3 rows of 2
+    auto rowsOf = [&](int r) { return int64_t((r + step) % 3); };
+    HostTensor ag(d, {rowsOf(me), 2});
+    fillInput(ag, ReduceOp::kSum, me, 900 + step);
+    int64_t total = 0;
+    for (int r = 0; r < n; ++r) total += rowsOf(r);
+    HostTensor ag_x(d, {total, 2});
+    for (int r = 0, at = 0; r < n; ++r)
+      for (int64_t i = 0; i < rowsOf(r) * 2; ++i)
+        ag_x.set(at++, inputValue(d, ReduceOp::kSum, r, 900 + step, i));
+    // alltoall: rank r sends (r + j + step) % 3 rows to rank j
+    auto sends = [&](int r, int j) { return int64_t((r + j + step) % 3); };
+    OpOptions a2o;
+    int64_t send_rows = 0, recv_rows = 0;
+    for (int j = 0; j < n; ++j) a2o.splits.push_back(sends(me, j)), send_rows += sends(me, j);
+    for (int r = 0; r < n; ++r) recv_rows += sends(r, me);
+    HostTensor a2a(d, {send_rows}), a2a_x(d, {recv_rows});
+    fillInput(a2a, ReduceOp::kSum, me, 950 + step);
+    for (int r = 0, at = 0; r < n; ++r) {
+      int64_t offset = 0;
+      for (int j = 0; j < me; ++j) offset += sends(r, j);
+      for (int64_t i = 0; i < sends(r, me); ++i)
+        a2a_x.set(at++, inputValue(d, ReduceOp::kSum, r, 950 + step, offset + i));
+    }
+    Handle ha = 0, ht = 0;
+    REQUIRE(allgatherAsync("cached.ag", ag.view(), OpOptions(), &ha).ok());
+    REQUIRE(alltoallAsync("cached.a2a", a2a.view(), a2o, &ht).ok());
+    INFO("rank " << me << " of " << n << ", step " << step);
+    Result r;
+    CHECK(describe(waitFor(ha, &r)) == "kOk");
+    CHECK(listText(r.shape) == listText(ag_x.shape()));
+    CHECK(compare(ag_x, r.data, r.nbytes / 4, "cached.ag") == "");
+    std::free(r.data);
+    r = Result();
+    CHECK(describe(waitFor(ht, &r)) == "kOk");
+    CHECK(listText(r.shape) == listText(a2a_x.shape()));
+    CHECK(compare(a2a_x, r.data, r.nbytes / 4, "cached.a2a") == "");
+    std::free(r.data);
+  }
+}
+
+TEST_CASE("the same grouped allreduce step after step, next to single ones", "[steady][grouped]") {
+  requireInit();
+  const int n = size();
+  for (int step = 0; step < 10; ++step) {
+    std::vector<HostTensor> ins, xs;
+    std::vector<std::string> names = {"sg/a", "sg/b", "sg/c"};
+    const int64_t counts[] = {3, 100, 1};
+    for (int k = 0; k < 3; ++k) {
+      const uint64_t seed = 1200 + static_cast<uint64_t>(step * 3 + k);
+      ins.emplace_back(DataType::kFloat32, std::vector<int64_t>{counts[k]});
+      fillInput(ins.back(), ReduceOp::kAverage, rank(), seed);
+      xs.emplace_back(DataType::kFloat32, std::vector<int64_t>{counts[k]});
+      std::vector<double> all(static_cast<size_t>(n));
+      for (int64_t i = 0; i < counts[k]; ++i) {
+        for (int r = 0; r < n; ++r)
+          all[static_cast<size_t>(r)] = inputValue(DataType::kFloat32, ReduceOp::kAverage, r, seed, i);
+        xs.back().set(i, referenceReduce(DataType::kFloat32, ReduceOp::kAverage, all, 1, 1, n));
+      }
+    }
+    std::vector<TensorView> views;
+    for (auto& t : ins) views.push_back(t.view());
+    OpOptions o;
+    o.op = ReduceOp::kAverage;
+    Handle hg = 0;
+    REQUIRE(groupedAllreduceAsync(names, views, views, o, &hg).ok());
+    runStep({{"sg/single", DataType::kInt16, ReduceOp::kSum, 7}}, {0}, 1300 + step, "single");
+    INFO("rank " << rank() << ", grouped step " << step);
+    CHECK(describe(waitFor(hg)) == "kOk");
+    for (int k = 0; k < 3; ++k) CHECK(compare(xs[k], ins[k].data(), counts[k], names[k]) == "");
+  }
+}
