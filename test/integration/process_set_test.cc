@@ -272,3 +272,71 @@ TEST_CASE("sets registered differently on different ranks fail everywhere", "[pr
   }
   REQUIRE(removeProcessSet(good).ok());
 }
+
+TEST_CASE("sets added, used and removed again and again", "[process_set]") {
+  requireInit();
+  const int me = rank(), n = size();
+  std::vector<int> seen;
+  for (int cycle = 0; cycle < 8; ++cycle) {
+    // Alternate between all ranks but the last (when there are two or more) and all ranks.
+    std::vector<int> members;
+    for (int r = 0; r < (n > 1 && cycle % 2 == 0 ? n - 1 : n); ++r) members.push_back(r);
+    int set = -1;
+    Status s = addProcessSet(members, &set);
+    INFO("cycle " << cycle << ": addProcessSet(" << listText(members) << "): " << describe(s));
+    REQUIRE(s.ok());
+    CHECK(std::find(seen.begin(), seen.end(), set) == seen.end());  // ids are not reused
+    seen.push_back(set);
+    if (std::find(members.begin(), members.end(), me) != members.end()) {
+      HostTensor t(DataType::kInt32, {5}), x(DataType::kInt32, {5});
+      fillInput(t, ReduceOp::kSum, me, 1500 + cycle);
+      for (int64_t i = 0; i < 5; ++i) {
+        std::vector<double> v;
+        for (int r : members) v.push_back(inputValue(DataType::kInt32, ReduceOp::kSum, r, 1500 + cycle, i));
+        x.set(i, referenceReduce(DataType::kInt32, ReduceOp::kSum, v, 1, 1, static_cast<int>(members.size())));
+      }
+      OpOptions o;
+      o.process_set = set;
+      Handle h = 0;
+      REQUIRE(allreduceAsync("cycle", t.view(), t.view(), o, &h).ok());
+      CHECK(describe(waitFor(h)) == "kOk");
+      CHECK(compare(x, t.data(), 5, "cycle in set " + std::to_string(set)) == "");
+    }
+    REQUIRE(removeProcessSet(set).ok());
+  }
+}
+
+TEST_CASE("a mismatch inside a set fails its members only", "[process_set][mismatch]") {
+  requireInit();
+  const int me = rank(), n = size();
+  if (n < 3) {
+    SUCCEED("needs a set of two ranks and a rank outside it");
+    return;
+  }
+  int set = -1;
+  REQUIRE(addProcessSet({0, 1}, &set).ok());
+  HostTensor t(DataType::kFloat32, {8});
+  t.fill(1.0);
+  Handle h = 0;
+  if (me < 2) {
+    TensorView v = t.view();
+    if (me == 1) v.shape = {7};
+    OpOptions o;
+    o.process_set = set;
+    REQUIRE(allreduceAsync("setmm", v, v, o, &h).ok());
+    Status s = waitFor(h);
+    INFO("rank " << me << " in set [0,1], rank 1 deviates: " << describe(s));
+    CHECK(s.code() == StatusCode::kMismatch);
+    CHECK(s.message().find("setmm") != std::string::npos);
+  } else {
+    CHECK(processSetRank(set) == -1);
+  }
+  // Everyone continues with a correct global op.
+  HostTensor g(DataType::kInt32, {2}), gx(DataType::kInt32, {2});
+  g.fill(me);
+  gx.fill(n * (n - 1) / 2);
+  REQUIRE(allreduceAsync("setmm.after", g.view(), g.view(), OpOptions(), &h).ok());
+  CHECK(describe(waitFor(h)) == "kOk");
+  CHECK(compare(gx, g.data(), 2, "setmm.after") == "");
+  REQUIRE(removeProcessSet(set).ok());
+}
