@@ -33,7 +33,10 @@ flags_for() {
 
 launch() {  # backend ranks -> the launcher command line
   if [ "$1" = mpi ]; then
-    echo "mpirun -np $2 --oversubscribe --bind-to none --mca btl self,vader"
+    # env -u: core/config.cc reads OMPI_COMM_WORLD_NODE_RANK (a rank within the node) as
+    # the cross rank and rejects rank 1 of a one-node job; without it the cross rank is
+    # derived (rank / local size), which is right for one node.
+    echo "mpirun -np $2 --oversubscribe --bind-to none --mca btl self,vader env -u OMPI_COMM_WORLD_NODE_RANK"
   else
     echo "$TUTTIRUN -np $2 --gloo"
   fi
