@@ -174,7 +174,7 @@ Topology parseTopology(const std::map<std::string, std::string>& env) {
       {"tuttirun", "TUTTI_RANK", "TUTTI_SIZE", "TUTTI_LOCAL_RANK", "TUTTI_LOCAL_SIZE",
        "TUTTI_CROSS_RANK", "TUTTI_CROSS_SIZE"},
       {"Open MPI", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
-       "OMPI_COMM_WORLD_LOCAL_SIZE", "OMPI_COMM_WORLD_NODE_RANK", nullptr},
+       "OMPI_COMM_WORLD_LOCAL_SIZE", nullptr, nullptr},
       {"Slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE",
        "SLURM_NODEID", "SLURM_NNODES"},
   };
@@ -194,7 +194,7 @@ Topology parseTopology(const std::map<std::string, std::string>& env) {
     t.rank = get(s.rank, 0, 0, t.size - 1);
     t.local_size = get(s.local_size, 1, 1, t.size);
     t.local_rank = get(s.local_rank, 0, 0, t.local_size - 1);
-    // Open MPI has no cross size: assume equal slots per node.
+    // Open MPI has no cross rank or size: assume equal slots per node.
     t.cross_size = get(s.cross_size, (t.size + t.local_size - 1) / t.local_size, 1, t.size);
     t.cross_rank = get(s.cross_rank, t.rank / t.local_size, 0, t.cross_size - 1);
     return t;

@@ -5,6 +5,7 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <thread>
 
@@ -44,6 +45,8 @@ int opIndex(ReduceOp op) {
 
 }  // namespace
 
+std::atomic<bool> g_skip_finalize{false};
+
 MpiShared::MpiShared(bool initialized_here, int64_t max_message_elements)
     : initialized_here_(initialized_here), max_message_elements_(max_message_elements) {
   checkMpi(MPI_Type_contiguous(2, MPI_BYTE, &two_bytes_), "MPI_Type_contiguous",
@@ -62,19 +65,26 @@ MpiShared::~MpiShared() {
       if (ops[i] != MPI_OP_NULL) MPI_Op_free(&ops[i]);
   if (two_bytes_ != MPI_DATATYPE_NULL) MPI_Type_free(&two_bytes_);
   if (!initialized_here_) return;
-  // A request abandoned by a timeout may have completed since (the late peer arrived);
-  // give the stragglers a moment, and skip MPI_Finalize only if one is still pending.
+  // MPI cannot be initialized twice in a process, and tutti_init must work again after
+  // tutti_shutdown: so MPI stays up until the process exits (finalizeMpiAtExit). A request
+  // abandoned by a timeout may have completed since (the late peer arrived); give the
+  // stragglers a moment, and skip MPI_Finalize at exit if one is still pending.
   std::lock_guard<std::mutex> lock(mu_);
   Deadline grace = deadlineAfter(1.0);
-  bool pending = false;
   for (MPI_Request& request : abandoned_) {
     int done = 0;
     while (MPI_Test(&request, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && !done &&
            Clock::now() < grace)
       std::this_thread::sleep_for(std::chrono::microseconds(200));
-    if (!done) pending = true;
+    if (!done) g_skip_finalize = true;
   }
-  if (!pending) MPI_Finalize();
+}
+
+void finalizeMpiAtExit() {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (initialized && !finalized && !g_skip_finalize) MPI_Finalize();
 }
 
 MPI_Datatype MpiShared::datatype(DataType dtype) const {
@@ -139,20 +149,25 @@ std::string MpiWhere::operator()(const char* op) const {
          std::to_string(id) + " (" + members + ")";
 }
 
-void waitRequest(MPI_Request& request, Deadline deadline, Clock::time_point start,
-                 const std::string& what, MpiPoison& poison, MpiShared& shared) {
+void waitRequests(MPI_Request* requests, int count, Deadline deadline, Clock::time_point start,
+                  const std::string& what, MpiPoison& poison, MpiShared& shared) {
   using std::chrono::microseconds;
+  auto abandonAll = [&] {
+    for (int i = 0; i < count; ++i)
+      if (requests[i] != MPI_REQUEST_NULL) shared.abandon(requests[i]);
+  };
+  const auto waiting_since = Clock::now();
   microseconds nap(10);
   for (;;) {
     int done = 0;
-    int rc = MPI_Test(&request, &done, MPI_STATUS_IGNORE);
+    int rc = MPI_Testall(count, requests, &done, MPI_STATUSES_IGNORE);
     if (rc != MPI_SUCCESS) {
-      shared.abandon(request);
-      checkMpi(rc, "MPI_Test", what);
+      abandonAll();
+      checkMpi(rc, "MPI_Testall", what);
     }
     if (done) return;
     if (poison.poisoned()) {
-      shared.abandon(request);
+      abandonAll();
       poison.throwIfPoisoned();
     }
     auto now = Clock::now();
@@ -160,12 +175,12 @@ void waitRequest(MPI_Request& request, Deadline deadline, Clock::time_point star
       char seconds[32];
       std::snprintf(seconds, sizeof(seconds), "%.1f",
                     std::chrono::duration<double>(deadline - start).count());
-      shared.abandon(request);
+      abandonAll();
       poison.poison(StatusCode::kTimeout, what + ": timed out after " + seconds +
                                               " s waiting for the other members");
       poison.throwIfPoisoned();
     }
-    auto waited = now - start;
+    auto waited = now - waiting_since;
     if (waited < microseconds(30)) continue;
     if (waited < microseconds(200)) {
       sched_yield();
@@ -174,6 +189,11 @@ void waitRequest(MPI_Request& request, Deadline deadline, Clock::time_point star
     std::this_thread::sleep_for(nap);
     nap = std::min(nap * 2, microseconds(200));
   }
+}
+
+void waitRequest(MPI_Request& request, Deadline deadline, Clock::time_point start,
+                 const std::string& what, MpiPoison& poison, MpiShared& shared) {
+  waitRequests(&request, 1, deadline, start, what, poison, shared);
 }
 
 int checkedCount(int64_t count, int64_t limit, const std::string& what) {

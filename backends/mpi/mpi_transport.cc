@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <utility>
@@ -50,6 +51,7 @@ bool initializeMpi() {
   }
   detail::checkMpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided),
                    "MPI_Init_thread", "mpi transport");
+  std::atexit(detail::finalizeMpiAtExit);
   if (provided != MPI_THREAD_MULTIPLE) {
     MPI_Finalize();
     throwError(StatusCode::kBackend,

@@ -11,7 +11,10 @@
 #include "backends/nccl/nccl_types.h"
 #include "test/nccl/nccl_test_util.h"
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
+#include <future>
 #include <thread>
 
 namespace tutti {
@@ -144,18 +147,106 @@ struct SoloBackend {
   std::unique_ptr<Backend> backend;
 };
 
+// Fails the current test case with every mismatch a check found.
+void report(const test::Failures& failures) {
+  for (const auto& failure : failures) FAIL_CHECK(failure);
+  CHECK(failures.empty());
+}
+
+using CheckFn = test::Failures (*)(Backend&, Deadline);
+const CheckFn kChecks[] = {test::checkAllreduce,     test::checkAllgather,
+                           test::checkBroadcast,     test::checkAlltoall,
+                           test::checkReducescatter, test::checkArgumentErrors};
+
 TEST_CASE("every op matches the host reference in a group of one", "[gpu]") {
   SoloBackend solo;
   auto& backend = solo.backend;
   CHECK(std::string(backend->name()) == "nccl");
   Deadline deadline = deadlineAfter(kTimeoutSeconds);
-  SECTION("allreduce") { test::checkAllreduce(*backend, deadline); }
-  SECTION("allgather") { test::checkAllgather(*backend, deadline); }
-  SECTION("broadcast") { test::checkBroadcast(*backend, deadline); }
-  SECTION("alltoall") { test::checkAlltoall(*backend, deadline); }
-  SECTION("reducescatter") { test::checkReducescatter(*backend, deadline); }
-  SECTION("barrier") { backend->barrier(deadline); }
-  SECTION("argument errors") { test::checkArgumentErrors(*backend, deadline); }
+  for (CheckFn check : kChecks) report(check(*backend, deadline));
+  backend->barrier(deadline);
+}
+
+// Runs `body(rank, backend)` on `size` thread-ranks, each with its own GPU and NCCL backend
+// over one loopback world, and returns each rank's failures.
+template <typename Body>
+std::vector<test::Failures> onThreadRanks(int size, Body body) {
+  auto hub = makeLoopbackHub(size);
+  std::vector<test::Failures> failures(size);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < size; ++rank)
+    threads.emplace_back([&, rank] {
+      failures[rank] = test::runCheck([&] {
+        LoopbackGroup group(hub, rank, size);
+        Config config;
+        config.timeout_seconds = kTimeoutSeconds;
+        config.topology.rank = config.topology.local_rank = rank;
+        config.topology.size = config.topology.local_size = size;
+        auto backend = makeNcclBackend(*group.control, config);
+        if (!backend) return test::Failures{"rank " + std::to_string(rank) + ": no backend"};
+        if (cudaSetDevice(rank) != cudaSuccess)
+          return test::Failures{"rank " + std::to_string(rank) + ": cudaSetDevice failed"};
+        return body(rank, *backend);
+      });
+    });
+  for (auto& thread : threads) thread.join();
+  return failures;
+}
+
+TEST_CASE("threads as ranks, one GPU each: every op matches the reference", "[gpu]") {
+  int devices = test::cudaDeviceCountOrZero();
+  if (devices < 2) WARN("only " << devices << " CUDA device(s): multi-rank cases need 2+");
+  for (int size = 2; size <= std::min(devices, 4); ++size) {
+    auto failures = onThreadRanks(size, [](int, Backend& backend) {
+      Deadline deadline = deadlineAfter(kTimeoutSeconds);
+      test::Failures all;
+      for (CheckFn check : kChecks) {
+        auto found = check(backend, deadline);
+        all.insert(all.end(), found.begin(), found.end());
+      }
+      return all;
+    });
+    for (int rank = 0; rank < size; ++rank) {
+      INFO("world of " << size << ", rank " << rank);
+      report(failures[rank]);
+    }
+  }
+}
+
+TEST_CASE("a rank that skips an op times its peer out; the error is sticky", "[gpu]") {
+  if (test::cudaDeviceCountOrZero() < 2) return;
+  std::promise<void> timed_out;
+  auto done = timed_out.get_future().share();
+  auto failures = onThreadRanks(2, [&](int rank, Backend& backend) {
+    test::Failures found;
+    backend.barrier(deadlineAfter(kTimeoutSeconds));
+    if (rank == 1) {  // skips the allreduce, then aborts once rank 0 has timed out
+      done.wait_for(std::chrono::seconds(60));
+      backend.abort("test: rank 0 timed out");
+      return found;
+    }
+    test::DeviceBuffer buf(1024);
+    for (int i = 0; i < 2; ++i) {
+      auto start = Clock::now();
+      try {
+        backend.allreduce(buf.get(), buf.get(), 256, DataType::kFloat32, ReduceOp::kSum,
+                          deadlineAfter(3.0));
+        found.push_back("allreduce without its peer returned");
+      } catch (const Error& error) {
+        std::string message = error.what();
+        if (error.code() != StatusCode::kTimeout) found.push_back("not kTimeout: " + message);
+        if (message.find("allreduce of 256 x float32") == std::string::npos)
+          found.push_back("message does not name the op: " + message);
+      }
+      double waited = std::chrono::duration<double>(Clock::now() - start).count();
+      if (waited > (i == 0 ? 30.0 : 1.0))
+        found.push_back("call " + std::to_string(i) + " took " + std::to_string(waited) + " s");
+    }
+    timed_out.set_value();
+    return found;
+  });
+  report(failures[0]);
+  report(failures[1]);
 }
 
 TEST_CASE("abort() poisons the backend: every later op fails fast with kAborted", "[gpu]") {

@@ -2,10 +2,10 @@
 
 #include "core/reduce.h"
 
-#include <catch2/catch.hpp>
 #include <cuda_runtime_api.h>
 
 #include <cstring>
+#include <sstream>
 
 namespace tutti {
 namespace test {
@@ -104,6 +104,20 @@ std::vector<uint8_t> reduceReference(int size, int64_t count, DataType dtype, Re
   return acc;
 }
 
+// Records where `got` first differs from `expected`.
+void expectBytes(Failures& failures, const std::vector<uint8_t>& got,
+                 const std::vector<uint8_t>& expected, const std::string& what) {
+  if (got == expected) return;
+  size_t i = 0;
+  while (i < got.size() && i < expected.size() && got[i] == expected[i]) ++i;
+  std::ostringstream message;
+  message << what << ": " << got.size() << " bytes, expected " << expected.size();
+  if (i < got.size() && i < expected.size())
+    message << "; first difference at byte " << i << ": got " << int(got[i]) << ", expected "
+            << int(expected[i]);
+  failures.push_back(message.str());
+}
+
 }  // namespace
 
 int cudaDeviceCountOrZero() {
@@ -126,12 +140,16 @@ DeviceBuffer::DeviceBuffer(size_t bytes) {
 DeviceBuffer::~DeviceBuffer() { cudaFree(ptr_); }
 
 void DeviceBuffer::upload(const std::vector<uint8_t>& host) {
-  REQUIRE(cudaMemcpy(ptr_, host.data(), host.size(), cudaMemcpyHostToDevice) == cudaSuccess);
+  cudaError_t result = cudaMemcpy(ptr_, host.data(), host.size(), cudaMemcpyHostToDevice);
+  if (result != cudaSuccess)
+    throwError(StatusCode::kInternal, std::string("test upload: ") + cudaGetErrorString(result));
 }
 
 std::vector<uint8_t> DeviceBuffer::download(size_t bytes) const {
   std::vector<uint8_t> host(bytes);
-  REQUIRE(cudaMemcpy(host.data(), ptr_, bytes, cudaMemcpyDeviceToHost) == cudaSuccess);
+  cudaError_t result = cudaMemcpy(host.data(), ptr_, bytes, cudaMemcpyDeviceToHost);
+  if (result != cudaSuccess)
+    throwError(StatusCode::kInternal, std::string("test download: ") + cudaGetErrorString(result));
   return host;
 }
 
@@ -151,32 +169,37 @@ std::vector<DataType> movementTypes(const Backend& backend) {
   return types;
 }
 
-void checkAllreduce(Backend& backend, Deadline deadline) {
+Failures checkAllreduce(Backend& backend, Deadline deadline) {
+  Failures failures;
   for (DataType dtype : reductionTypes(backend))
     for (ReduceOp op : kReduceOps)
       for (int64_t count : kCounts) {
-        INFO("rank " << backend.rank() << " allreduce " << dataTypeName(dtype) << " "
-                     << reduceOpName(op) << " count " << count);
+        std::ostringstream what;
+        what << "rank " << backend.rank() << " allreduce " << dataTypeName(dtype) << " "
+             << reduceOpName(op) << " count " << count;
         size_t bytes = static_cast<size_t>(count * dataTypeBytes(dtype));
         std::vector<uint8_t> expected = reduceReference(backend.size(), count, dtype, op);
         DeviceBuffer in(bytes), out(bytes);
         in.upload(reduceInputs(backend.rank(), count, dtype, op));
         backend.allreduce(in.get(), out.get(), count, dtype, op, deadline);
-        CHECK(out.download(bytes) == expected);
+        expectBytes(failures, out.download(bytes), expected, what.str());
         backend.allreduce(in.get(), in.get(), count, dtype, op, deadline);  // in place
-        CHECK(in.download(bytes) == expected);
+        expectBytes(failures, in.download(bytes), expected, what.str());
       }
+  return failures;
 }
 
-void checkAllgather(Backend& backend, Deadline deadline) {
+Failures checkAllgather(Backend& backend, Deadline deadline) {
+  Failures failures;
   int size = backend.size(), rank = backend.rank();
   for (DataType dtype : movementTypes(backend))
     for (int64_t n : kCounts)
       for (bool equal : {true, false}) {
         std::vector<int64_t> counts(size);
         for (int r = 0; r < size; ++r) counts[r] = equal ? n : (n + r) % 1031;
-        INFO("rank " << rank << " allgather " << dataTypeName(dtype) << " n " << n
-                     << (equal ? " equal" : " unequal"));
+        std::ostringstream what;
+        what << "rank " << rank << " allgather " << dataTypeName(dtype) << " n " << n
+             << (equal ? " equal" : " unequal");
         std::vector<uint8_t> expected;
         for (int r = 0; r < size; ++r) {
           auto block =
@@ -187,26 +210,31 @@ void checkAllgather(Backend& backend, Deadline deadline) {
         in.upload(
             makeHost(counts[rank], dtype, [&](int64_t i) { return moveValue(rank, i, dtype); }));
         backend.allgatherv(in.get(), out.get(), counts, dtype, deadline);
-        CHECK(out.download(expected.size()) == expected);
+        expectBytes(failures, out.download(expected.size()), expected, what.str());
       }
+  return failures;
 }
 
-void checkBroadcast(Backend& backend, Deadline deadline) {
+Failures checkBroadcast(Backend& backend, Deadline deadline) {
+  Failures failures;
   for (DataType dtype : movementTypes(backend))
     for (int64_t count : kCounts)
       for (int root = 0; root < backend.size(); ++root) {
-        INFO("rank " << backend.rank() << " broadcast " << dataTypeName(dtype) << " count " << count
-                     << " root " << root);
+        std::ostringstream what;
+        what << "rank " << backend.rank() << " broadcast " << dataTypeName(dtype) << " count "
+             << count << " root " << root;
         auto expected =
             makeHost(count, dtype, [&](int64_t i) { return moveValue(root, i, dtype); });
         DeviceBuffer buf(expected.size());
         if (backend.rank() == root) buf.upload(expected);
         backend.broadcast(buf.get(), count, dtype, root, deadline);
-        CHECK(buf.download(expected.size()) == expected);
+        expectBytes(failures, buf.download(expected.size()), expected, what.str());
       }
+  return failures;
 }
 
-void checkAlltoall(Backend& backend, Deadline deadline) {
+Failures checkAlltoall(Backend& backend, Deadline deadline) {
+  Failures failures;
   int size = backend.size(), me = backend.rank();
   // What `from` sends to `to`: equal blocks of n, or (from + to + n) % 4 elements.
   auto block = [](int from, int to, int64_t n, bool equal) {
@@ -215,8 +243,9 @@ void checkAlltoall(Backend& backend, Deadline deadline) {
   for (DataType dtype : movementTypes(backend))
     for (int64_t n : kCounts)
       for (bool equal : {true, false}) {
-        INFO("rank " << me << " alltoall " << dataTypeName(dtype) << " n " << n
-                     << (equal ? " equal" : " unequal"));
+        std::ostringstream what;
+        what << "rank " << me << " alltoall " << dataTypeName(dtype) << " n " << n
+             << (equal ? " equal" : " unequal");
         std::vector<int64_t> send_counts(size), recv_counts(size);
         std::vector<uint8_t> send, expected;
         for (int peer = 0; peer < size; ++peer) {
@@ -232,11 +261,13 @@ void checkAlltoall(Backend& backend, Deadline deadline) {
         DeviceBuffer in(send.size()), out(expected.size());
         in.upload(send);
         backend.alltoallv(in.get(), send_counts, out.get(), recv_counts, dtype, deadline);
-        CHECK(out.download(expected.size()) == expected);
+        expectBytes(failures, out.download(expected.size()), expected, what.str());
       }
+  return failures;
 }
 
-void checkReducescatter(Backend& backend, Deadline deadline) {
+Failures checkReducescatter(Backend& backend, Deadline deadline) {
+  Failures failures;
   int size = backend.size(), rank = backend.rank();
   for (DataType dtype : reductionTypes(backend))
     for (ReduceOp op : kReduceOps)
@@ -249,8 +280,9 @@ void checkReducescatter(Backend& backend, Deadline deadline) {
             if (r < rank) offset += counts[r];
             total += counts[r];
           }
-          INFO("rank " << rank << " reducescatter " << dataTypeName(dtype) << " "
-                       << reduceOpName(op) << " n " << n << (equal ? " equal" : " unequal"));
+          std::ostringstream what;
+          what << "rank " << rank << " reducescatter " << dataTypeName(dtype) << " "
+               << reduceOpName(op) << " n " << n << (equal ? " equal" : " unequal");
           int64_t bytes = dataTypeBytes(dtype);
           std::vector<uint8_t> full = reduceReference(size, total, dtype, op);
           std::vector<uint8_t> expected(full.begin() + offset * bytes,
@@ -258,45 +290,61 @@ void checkReducescatter(Backend& backend, Deadline deadline) {
           DeviceBuffer in(total * bytes), out(expected.size());
           in.upload(reduceInputs(rank, total, dtype, op));
           backend.reducescatter(in.get(), out.get(), counts, dtype, op, deadline);
-          CHECK(out.download(expected.size()) == expected);
+          expectBytes(failures, out.download(expected.size()), expected, what.str());
         }
+  return failures;
 }
 
-void checkArgumentErrors(Backend& backend, Deadline deadline) {
-  auto codeOf = [](auto&& call) {
+Failures checkArgumentErrors(Backend& backend, Deadline deadline) {
+  Failures failures;
+  // Runs `call` and records a failure unless it throws Error with `expected`.
+  auto expectCode = [&](StatusCode expected, const char* what, auto&& call) {
+    StatusCode got = StatusCode::kOk;
+    std::string message;
     try {
       call();
     } catch (const Error& error) {
-      INFO(error.what());
-      return error.code();
+      got = error.code();
+      message = error.what();
     }
-    return StatusCode::kOk;
+    if (got != expected)
+      failures.push_back("rank " + std::to_string(backend.rank()) + " " + what +
+                         ": expected status " + std::to_string(static_cast<int>(expected)) +
+                         ", got " + std::to_string(static_cast<int>(got)) + " " + message);
   };
   DeviceBuffer buf(64);
   std::vector<int64_t> wrong(backend.size() + 1, 1);
-  CHECK(codeOf([&] {
-          backend.allgatherv(buf.get(), buf.get(), wrong, DataType::kFloat32, deadline);
-        }) == StatusCode::kInvalidArgument);
-  CHECK(codeOf([&] {
-          backend.allreduce(buf.get(), buf.get(), -1, DataType::kFloat32, ReduceOp::kSum, deadline);
-        }) == StatusCode::kInvalidArgument);
-  CHECK(codeOf([&] {
-          backend.allreduce(buf.get(), buf.get(), 4, DataType::kFloat32, ReduceOp::kAverage,
-                            deadline);
-        }) == StatusCode::kInvalidArgument);
-  CHECK(codeOf([&] {
-          backend.allreduce(buf.get(), buf.get(), 4, DataType::kInt16, ReduceOp::kSum, deadline);
-        }) == StatusCode::kUnsupported);
+  expectCode(StatusCode::kInvalidArgument, "allgather with one count too many", [&] {
+    backend.allgatherv(buf.get(), buf.get(), wrong, DataType::kFloat32, deadline);
+  });
+  expectCode(StatusCode::kInvalidArgument, "allreduce of -1 elements", [&] {
+    backend.allreduce(buf.get(), buf.get(), -1, DataType::kFloat32, ReduceOp::kSum, deadline);
+  });
+  expectCode(StatusCode::kInvalidArgument, "allreduce with average", [&] {
+    backend.allreduce(buf.get(), buf.get(), 4, DataType::kFloat32, ReduceOp::kAverage, deadline);
+  });
+  expectCode(StatusCode::kUnsupported, "allreduce of int16", [&] {
+    backend.allreduce(buf.get(), buf.get(), 4, DataType::kInt16, ReduceOp::kSum, deadline);
+  });
   std::vector<float> host(4, 1.0f);
-  CHECK(codeOf([&] {
-          backend.allreduce(host.data(), host.data(), 4, DataType::kFloat32, ReduceOp::kSum,
-                            deadline);
-        }) == StatusCode::kInvalidArgument);
-  CHECK(codeOf([&] {
-          backend.broadcast(buf.get(), 4, DataType::kFloat32, backend.size(), deadline);
-        }) == StatusCode::kInvalidArgument);
+  expectCode(StatusCode::kInvalidArgument, "allreduce of host memory", [&] {
+    backend.allreduce(host.data(), host.data(), 4, DataType::kFloat32, ReduceOp::kSum, deadline);
+  });
+  expectCode(StatusCode::kInvalidArgument, "broadcast from root == size", [&] {
+    backend.broadcast(buf.get(), 4, DataType::kFloat32, backend.size(), deadline);
+  });
   // None of these poisoned the communicator.
-  CHECK(codeOf([&] { backend.barrier(deadline); }) == StatusCode::kOk);
+  expectCode(StatusCode::kOk, "barrier after the argument errors",
+             [&] { backend.barrier(deadline); });
+  return failures;
+}
+
+Failures runCheck(const std::function<Failures()>& check) {
+  try {
+    return check();
+  } catch (const std::exception& error) {
+    return {std::string("threw: ") + error.what()};
+  }
 }
 
 }  // namespace test

@@ -6,6 +6,7 @@
 #include "backends/backend.h"
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -36,15 +37,22 @@ class DeviceBuffer {
 std::vector<DataType> reductionTypes(const Backend& backend);
 std::vector<DataType> movementTypes(const Backend& backend);
 
+// One line per mismatch (rank, op, dtype, counts, first differing byte); empty = passed.
+// No Catch macros inside, so threads-as-ranks can run the checks and report afterwards.
+using Failures = std::vector<std::string>;
+
 // Checks each op for each supported dtype and odd counts against the host reference.
 // Collective: every member of the backend's group calls them in the same order.
-void checkAllreduce(Backend& backend, Deadline deadline);
-void checkAllgather(Backend& backend, Deadline deadline);
-void checkBroadcast(Backend& backend, Deadline deadline);
-void checkAlltoall(Backend& backend, Deadline deadline);
-void checkReducescatter(Backend& backend, Deadline deadline);
+Failures checkAllreduce(Backend& backend, Deadline deadline);
+Failures checkAllgather(Backend& backend, Deadline deadline);
+Failures checkBroadcast(Backend& backend, Deadline deadline);
+Failures checkAlltoall(Backend& backend, Deadline deadline);
+Failures checkReducescatter(Backend& backend, Deadline deadline);
 // Argument errors are thrown before anything is enqueued and leave the backend usable.
-void checkArgumentErrors(Backend& backend, Deadline deadline);
+Failures checkArgumentErrors(Backend& backend, Deadline deadline);
+
+// Runs a check; an exception (a timeout, a backend error) becomes its one failure.
+Failures runCheck(const std::function<Failures()>& check);
 
 }  // namespace test
 }  // namespace tutti

@@ -1,0 +1,7 @@
+"""Tutti: collective communication for data-parallel training.
+
+Framework adapters live in subpackages; `import tutti.torch as hvd` is a drop-in for
+`import horovod.torch as hvd`.
+"""
+
+__version__ = "0.1.0"

@@ -1,0 +1,30 @@
+"""tutti.torch: Tutti collectives for PyTorch, a drop-in for horovod.torch.
+
+    import tutti.torch as hvd
+    hvd.init()
+    optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+
+See docs/pytorch.md.
+"""
+
+import torch  # noqa: F401  (loads libtorch before the extension)
+
+from tutti.torch.basics import (  # noqa: F401
+    DuplicateNameError, HorovodInternalError, ProcessSet, TuttiError, TuttiTimeoutError,
+    TuttiValueError, add_process_set, ccl_built, cpu_backend, cross_rank, cross_size,
+    cuda_built, ddl_built, global_process_set, gloo_built, gloo_enabled, init,
+    is_homogeneous, is_initialized, local_rank, local_size, mpi_built, mpi_enabled,
+    mpi_threads_supported, nccl_built, nccl_enabled, rank, remove_process_set, rocm_built,
+    shutdown, size)
+from tutti.torch.compression import Compression  # noqa: F401
+from tutti.torch.mpi_ops import (  # noqa: F401
+    Adasum, Average, Handle, Max, Min, Product, Sum, allgather_async, allreduce_,
+    allreduce_async, allreduce_async_, alltoall_async, barrier, broadcast_, broadcast_async,
+    broadcast_async_, grouped_allreduce_, grouped_allreduce_async, grouped_allreduce_async_,
+    join, poll, reducescatter_async, synchronize)
+from tutti.torch.autograd import (  # noqa: F401
+    allgather, allreduce, alltoall, broadcast, grouped_allreduce, reducescatter)
+from tutti.torch.functions import (  # noqa: F401
+    allgather_object, broadcast_object, broadcast_optimizer_state, broadcast_parameters)
+from tutti.torch.optimizer import DistributedOptimizer  # noqa: F401

@@ -1,0 +1,186 @@
+"""Differentiable collectives: allreduce, grouped_allreduce, allgather, broadcast, alltoall
+and reducescatter as torch.autograd.Functions, with Horovod's gradient conventions.
+
+The gradient of a collective is taken for the sum of every rank's loss, so each backward
+is itself a collective that every rank runs in the same order:
+- allreduce: allreduce of the gradient with the same op and scale factors;
+- allgather: Sum-allreduce of the gradient, sliced to this rank's rows;
+- broadcast: Sum-allreduce of the gradient on the root, zeros elsewhere;
+- alltoall: alltoall of the gradient back with the received splits;
+- reducescatter: allgather of the gradient (divided by the set size for Average), times
+  the scale factors.
+Named ops name their backward collectives "<name>.grad" so that they never collide.
+"""
+
+import torch
+
+from tutti.torch import mpi_ops
+from tutti.torch.basics import global_process_set
+from tutti.torch.compression import Compression
+from tutti.torch.mpi_ops import Average, Sum, synchronize
+
+
+def _grad_name(name, suffix="grad"):
+    return None if not name else "%s.%s" % (name, suffix)
+
+
+class TuttiAllreduce(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, name, op, prescale_factor, postscale_factor, process_set):
+        ctx.args = (name, op, prescale_factor, postscale_factor, process_set)
+        return synchronize(mpi_ops.allreduce_async(tensor, None, name, op, prescale_factor,
+                                                   postscale_factor, process_set))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        name, op, prescale, postscale, process_set = ctx.args
+        grad = synchronize(mpi_ops.allreduce_async(grad_output, None, _grad_name(name), op,
+                                                   prescale, postscale, process_set))
+        return grad, None, None, None, None, None
+
+
+def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None,
+              prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
+    """Reduces `tensor` over the process set and returns the result (a new tensor).
+
+    Differentiable. op: Average (default), Sum, Min, Max or Product. `compression`
+    (e.g. Compression.fp16) is applied around the transfer.
+    """
+    op = mpi_ops.handle_average_backwards_compatibility(op, average)
+    compressed, ctx = compression.compress(tensor)
+    reduced = TuttiAllreduce.apply(compressed, name, op, prescale_factor, postscale_factor,
+                                   process_set)
+    return compression.decompress(reduced, ctx)
+
+
+class TuttiGroupedAllreduce(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, name, op, prescale_factor, postscale_factor, process_set, *tensors):
+        ctx.args = (name, op, prescale_factor, postscale_factor, process_set)
+        return tuple(synchronize(mpi_ops.grouped_allreduce_async(
+            list(tensors), None, name, op, prescale_factor, postscale_factor, process_set)))
+
+    @staticmethod
+    def backward(ctx, *grad_outputs):
+        name, op, prescale, postscale, process_set = ctx.args
+        grads = synchronize(mpi_ops.grouped_allreduce_async(
+            list(grad_outputs), None, _grad_name(name), op, prescale, postscale, process_set))
+        return (None, None, None, None, None) + tuple(grads)
+
+
+def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none,
+                      op=None, prescale_factor=1.0, postscale_factor=1.0,
+                      process_set=global_process_set):
+    """Reduces a list of tensors as one group; returns a list of new tensors.
+
+    Differentiable."""
+    op = mpi_ops.handle_average_backwards_compatibility(op, average)
+    pairs = [compression.compress(t) for t in tensors]
+    reduced = TuttiGroupedAllreduce.apply(name, op, prescale_factor, postscale_factor,
+                                          process_set, *[c for c, _ in pairs])
+    return [compression.decompress(r, ctx) for r, (_, ctx) in zip(reduced, pairs)]
+
+
+class TuttiAllgather(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, name, process_set):
+        ctx.rows = tensor.shape[0] if tensor.dim() > 0 else 1
+        ctx.name = name
+        ctx.process_set = process_set
+        return synchronize(mpi_ops.allgather_async(tensor, name, process_set))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        process_set = ctx.process_set
+        grad = synchronize(mpi_ops.allreduce_async(grad_output, None, _grad_name(ctx.name),
+                                                   Sum, 1.0, 1.0, process_set))
+        rows = torch.tensor([ctx.rows], dtype=torch.int64)
+        all_rows = synchronize(mpi_ops.allgather_async(
+            rows, _grad_name(ctx.name, "grad.rows"), process_set))
+        offset = int(all_rows[:process_set.rank()].sum())
+        return grad.narrow(0, offset, ctx.rows), None, None
+
+
+def allgather(tensor, name=None, process_set=global_process_set):
+    """Concatenates `tensor` from every rank of the set along dimension 0 (the first
+    dimension may differ per rank). Differentiable."""
+    return TuttiAllgather.apply(tensor, name, process_set)
+
+
+class TuttiBroadcast(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, root_rank, name, process_set):
+        ctx.args = (root_rank, name, process_set)
+        return synchronize(mpi_ops.broadcast_async(tensor, root_rank, name, process_set))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        root_rank, name, process_set = ctx.args
+        grad = synchronize(mpi_ops.allreduce_async(grad_output, None, _grad_name(name), Sum,
+                                                   1.0, 1.0, process_set))
+        if process_set.rank() != root_rank:
+            grad.zero_()
+        return grad, None, None, None
+
+
+def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
+    """Returns the root's `tensor` on every rank (a new tensor). Differentiable."""
+    return TuttiBroadcast.apply(tensor, root_rank, name, process_set)
+
+
+class TuttiAlltoall(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, splits, name, process_set):
+        output, received = synchronize(mpi_ops.alltoall_async(tensor, splits, name,
+                                                              process_set))
+        ctx.args = (received, name, process_set)
+        ctx.mark_non_differentiable(received)
+        return output, received
+
+    @staticmethod
+    def backward(ctx, grad_output, *_):
+        received, name, process_set = ctx.args
+        grad, _ = synchronize(mpi_ops.alltoall_async(grad_output, received,
+                                                     _grad_name(name), process_set))
+        return grad, None, None, None
+
+
+def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
+    """Sends splits[i] rows of `tensor` to rank i of the set (equal splits if None).
+
+    Returns the received rows concatenated in rank order, and, when `splits` is given,
+    also the rows received from each rank (int32 tensor). Differentiable."""
+    output, received = TuttiAlltoall.apply(tensor, splits, name, process_set)
+    if splits is None:
+        return output
+    return output, received
+
+
+class TuttiReducescatter(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, name, op, process_set, prescale_factor, postscale_factor):
+        ctx.args = (name, op, process_set, prescale_factor * postscale_factor)
+        return synchronize(mpi_ops.reducescatter_async(tensor, name, op, process_set,
+                                                       prescale_factor, postscale_factor))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        name, op, process_set, scale = ctx.args
+        grad = synchronize(mpi_ops.allgather_async(grad_output, _grad_name(name),
+                                                   process_set))
+        if op == Average:
+            scale /= process_set.size()
+        if scale != 1.0:
+            grad = grad * scale
+        return grad, None, None, None, None, None
+
+
+def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
+                  process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0):
+    """Reduces `tensor` over the set and returns this rank's share of dimension 0 (the
+    first n % size ranks get one more row). op: Average (default), Sum, Min, Max, Product.
+    Differentiable."""
+    compressed, ctx = compression.compress(tensor)
+    reduced = TuttiReducescatter.apply(compressed, name, op, process_set, prescale_factor,
+                                       postscale_factor)
+    return compression.decompress(reduced, ctx)

@@ -1,0 +1,235 @@
+"""Lifecycle, topology, build flags and process sets (horovod.common.basics/process_sets)."""
+
+import threading
+
+import torch
+
+from tutti.torch import _C
+
+TuttiError = _C.TuttiError
+TuttiValueError = _C.TuttiValueError
+DuplicateNameError = _C.DuplicateNameError
+TuttiTimeoutError = _C.TuttiTimeoutError
+# Scripts written for Horovod catch this name around collectives.
+HorovodInternalError = TuttiError
+
+_NOT_INITIALIZED = "Tutti has not been initialized; use hvd.init()."
+
+
+class ProcessSet:
+    """A subset of the ranks that collectives can run on (`process_set=` of every op).
+
+    Create one with a sorted list of global ranks and register it on every rank with
+    add_process_set() (or hvd.init(process_sets=[...])); until then it has no id.
+    """
+
+    process_set_id = None
+    ranks = None
+
+    def __init__(self, ranks):
+        if not all(isinstance(r, int) for r in ranks):
+            raise ValueError("ProcessSet takes a list of integer ranks (MPI communicators "
+                             "are not supported by Tutti), got %r" % (ranks,))
+        self.ranks = sorted(set(ranks))
+
+    def _invalidate(self):
+        self.process_set_id = None
+
+    def _require_id(self):
+        if self.process_set_id is None:
+            raise ValueError("process set %s is not registered: call hvd.add_process_set() "
+                             "on every rank first" % self)
+        return self.process_set_id
+
+    def size(self):
+        """Number of ranks in the set, or None if it is not registered."""
+        if self.process_set_id is None:
+            return None
+        return _C.process_set_size(self.process_set_id)
+
+    def rank(self):
+        """This process's rank within the set (-1 if not a member), None if unregistered."""
+        if self.process_set_id is None:
+            return None
+        return _C.process_set_rank(self.process_set_id)
+
+    def included(self):
+        """Whether this process belongs to the set, None if it is not registered."""
+        if self.process_set_id is None:
+            return None
+        return _C.process_set_rank(self.process_set_id) >= 0
+
+    def __str__(self):
+        return "ProcessSet(process_set_id=%s, ranks=%s)" % (self.process_set_id, self.ranks)
+
+    __repr__ = __str__
+
+
+global_process_set = ProcessSet([])
+global_process_set.process_set_id = 0
+
+_lock = threading.Lock()
+_registered = {}  # id -> ProcessSet, excluding the global one
+
+
+def _process_set_id(process_set):
+    if not isinstance(process_set, ProcessSet):
+        raise ValueError("process_set must be a tutti.torch.ProcessSet, got %r" % (process_set,))
+    return process_set._require_id()
+
+
+def add_process_set(process_set):
+    """Registers a process set; collective over ALL ranks, each passing the same ranks.
+
+    Accepts a ProcessSet or a sequence of ranks; returns the registered ProcessSet.
+    """
+    if not isinstance(process_set, ProcessSet):
+        process_set = ProcessSet(process_set)
+    if process_set.process_set_id is not None:
+        raise ValueError("%s is already registered" % process_set)
+    set_id = _C.add_process_set(process_set.ranks)
+    process_set.process_set_id = set_id
+    with _lock:
+        _registered[set_id] = process_set
+    return process_set
+
+
+def remove_process_set(process_set):
+    """Unregisters a process set (collective over all ranks). Returns True if removed."""
+    if not isinstance(process_set, ProcessSet) or not process_set.process_set_id:
+        return False
+    set_id = process_set.process_set_id
+    _C.remove_process_set(set_id)
+    process_set._invalidate()
+    with _lock:
+        _registered.pop(set_id, None)
+    return True
+
+
+def init(comm=None, process_sets=None):
+    """Starts Tutti on this process; settings and topology come from the environment.
+
+    comm: must be None (or a list of all ranks); Tutti does not take MPI communicators.
+    process_sets: ProcessSets to register right away (or "dynamic", accepted and ignored:
+    sets can always be added later).
+    """
+    if comm is not None and not isinstance(comm, (list, tuple)):
+        raise ValueError("tutti.torch.init(comm=...) does not accept MPI communicators; "
+                         "use process sets instead")
+    _C.init()
+    if comm is not None and sorted(comm) != list(range(_C.size())):
+        raise ValueError("tutti.torch.init(comm=%r): only the full world (ranks 0..%d) is "
+                         "supported; use process sets for subsets" % (comm, _C.size() - 1))
+    global_process_set.ranks = list(range(_C.size()))
+    if process_sets is not None and not isinstance(process_sets, str):
+        for process_set in process_sets:
+            if process_set.process_set_id is None:
+                add_process_set(process_set)
+
+
+def shutdown():
+    """Stops Tutti; registered process sets are forgotten (init() may be called again)."""
+    _C.shutdown()
+    with _lock:
+        for process_set in _registered.values():
+            process_set._invalidate()
+        _registered.clear()
+
+
+def is_initialized():
+    return bool(_C.is_initialized())
+
+
+def _topology(value):
+    if value < 0 or not _C.is_initialized():
+        raise ValueError(_NOT_INITIALIZED)
+    return value
+
+
+def rank():
+    """This process's global rank."""
+    return _topology(_C.rank())
+
+
+def size():
+    """Number of processes in the job."""
+    return _topology(_C.size())
+
+
+def local_rank():
+    """Rank among the processes on this host."""
+    return _topology(_C.local_rank())
+
+
+def local_size():
+    """Number of processes on this host."""
+    return _topology(_C.local_size())
+
+
+def cross_rank():
+    """Index of this host among the hosts (rank among processes with this local rank)."""
+    return _topology(_C.cross_rank())
+
+
+def cross_size():
+    """Number of hosts (processes with this local rank)."""
+    return _topology(_C.cross_size())
+
+
+def is_homogeneous():
+    """True when every host runs the same number of processes."""
+    return size() == local_size() * cross_size()
+
+
+def mpi_built():
+    return bool(_C.backend_built("mpi"))
+
+
+def gloo_built():
+    return bool(_C.backend_built("gloo"))
+
+
+def nccl_built():
+    return bool(_C.backend_built("nccl"))
+
+
+def cuda_built():
+    """GPU support (the NCCL backend) was compiled in."""
+    return nccl_built()
+
+
+def rocm_built():
+    return False
+
+
+def ddl_built():
+    return False
+
+
+def ccl_built():
+    return False
+
+
+def mpi_enabled():
+    """The MPI backend carries this job's CPU collectives."""
+    return bool(_C.is_initialized()) and _C.cpu_backend() == "mpi"
+
+
+def gloo_enabled():
+    """The gloo backend carries this job's CPU collectives."""
+    return bool(_C.is_initialized()) and _C.cpu_backend() == "gloo"
+
+
+def nccl_enabled():
+    """GPU tensors go through NCCL: it is compiled in and torch sees a GPU."""
+    return nccl_built() and torch.cuda.is_available()
+
+
+def mpi_threads_supported():
+    """Whether MPI may be used by other threads; Tutti calls MPI from one thread only."""
+    return mpi_enabled()
+
+
+def cpu_backend():
+    """Name of the backend in use for CPU tensors ("mpi" or "gloo"), "" before init."""
+    return _C.cpu_backend()

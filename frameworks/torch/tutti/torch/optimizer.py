@@ -1,0 +1,263 @@
+"""DistributedOptimizer: averages gradients across ranks while backward is still running.
+
+Each parameter's gradient allreduce starts from a hook that fires as soon as autograd has
+accumulated that gradient, so communication overlaps the rest of backward; step() (or
+synchronize()) waits only for what is still in flight, writes the reduced gradients back
+and then runs the wrapped optimizer's step.
+"""
+
+import warnings
+from contextlib import contextmanager
+
+import torch
+
+from tutti.torch import mpi_ops
+from tutti.torch.basics import global_process_set
+from tutti.torch.compression import Compression
+from tutti.torch.mpi_ops import Average, synchronize
+
+
+def _split_list(items, n):
+    q, r = divmod(len(items), n)
+    return [items[i * q + min(i, r):(i + 1) * q + min(i + 1, r)] for i in range(n)]
+
+
+class _DistributedOptimizer(torch.optim.Optimizer):
+    # Methods of this class are copied into a subclass of the wrapped optimizer's class, so
+    # they call super(self.__class__, self) (the wrapped class), never bare super().
+    _tutti_distributed = True
+
+    def __init__(self, params, named_parameters, compression, backward_passes_per_step, op,
+                 gradient_predivide_factor, groups, process_set):
+        super(self.__class__, self).__init__(params)
+        self._compression = compression
+        self._process_set = process_set
+        all_params = [p for group in self.param_groups for p in group["params"]]
+        if named_parameters is not None:
+            named_parameters = list(named_parameters)
+        else:
+            named_parameters = [("noname.%d.%d" % (g, i), p)
+                                for g, group in enumerate(self.param_groups)
+                                for i, p in enumerate(group["params"])]
+        if any(not isinstance(p, tuple) for p in named_parameters):
+            raise ValueError("named_parameters should be a sequence of tuples (name, "
+                             "parameter), usually produced by model.named_parameters().")
+        names = [name for name, _ in named_parameters]
+        dups = sorted({n for n in names if names.count(n) > 1})
+        if dups:
+            raise ValueError("Parameter names in named_parameters must be unique. Found "
+                             "duplicates: %s" % ", ".join(dups))
+        named_ids = {id(p) for _, p in named_parameters}
+        unnamed = [id(p) for p in all_params if id(p) not in named_ids]
+        if unnamed:
+            raise ValueError("named_parameters was specified, but one or more model "
+                             "parameters were not named. Python object ids: %s"
+                             % ", ".join(str(i) for i in unnamed))
+        self._parameter_names = {p: name for name, p in named_parameters}
+        self.backward_passes_per_step = backward_passes_per_step
+        self._allreduce_delay = {p: backward_passes_per_step for p in all_params}
+        self.op = op
+        self.gradient_predivide_factor = gradient_predivide_factor
+        self._handles = {}  # param or tuple of params (a group) -> (handle, ctx)
+        self._hooks = []
+        self._requires_update = set()
+        self._synchronized = False
+        self._should_synchronize = True
+        self._setup_groups(groups, all_params)
+        if process_set.included():
+            self._register_hooks()
+
+    def _setup_groups(self, groups, all_params):
+        self._groups = None
+        self._p_to_group = {}
+        self._group_counts = {}
+        if groups is None or groups == 0:
+            return
+        trainable = [p for p in all_params if p.requires_grad]
+        if isinstance(groups, int):
+            if groups < 0:
+                raise ValueError("groups must be a non-negative integer or a list of lists "
+                                 "of parameters, got %d" % groups)
+            group_lists = [g for g in _split_list(trainable, groups) if g]
+        elif isinstance(groups, list):
+            group_lists = [list(g) for g in groups if len(g) > 0]
+            grouped = {p for g in group_lists for p in g}
+            group_lists += [[p] for p in trainable if p not in grouped]
+        else:
+            raise ValueError("groups must be an int or a list of lists of parameters")
+        self._groups = [tuple(g) for g in group_lists]
+        for group in self._groups:
+            for p in group:
+                self._p_to_group[p] = group
+            self._group_counts[group] = 0
+
+    def _register_hooks(self):
+        for group in self.param_groups:
+            for p in group["params"]:
+                if not p.requires_grad:
+                    continue
+                self._requires_update.add(p)
+                if hasattr(p, "register_post_accumulate_grad_hook"):
+                    self._hooks.append(p.register_post_accumulate_grad_hook(
+                        self._make_hook(p)))
+                else:
+                    # The grad accumulator's post hook runs once p.grad holds the gradient.
+                    grad_acc = p.expand_as(p).grad_fn.next_functions[0][0]
+                    grad_acc.register_hook(self._make_hook(p))
+                    self._hooks.append(grad_acc)  # keeps the accumulator (and hook) alive
+
+    def _scale_factors(self):
+        if self.op == Average:
+            # The runtime divides by the set size after the prescale; splitting the
+            # division as 1/f before and f after keeps large sums in range.
+            return 1.0 / self.gradient_predivide_factor, self.gradient_predivide_factor
+        return 1.0, 1.0
+
+    def _grad_of(self, p):
+        if p.grad is None:
+            # Another rank may have a gradient for it (dynamic graphs): send zeros.
+            p.grad = torch.zeros_like(p)
+        return p.grad
+
+    def _allreduce_grad_async(self, p):
+        compressed, ctx = self._compression.compress(self._grad_of(p))
+        prescale, postscale = self._scale_factors()
+        handle = mpi_ops.allreduce_async_(compressed, name="allreduce." + self._parameter_names[p],
+                                          op=self.op, prescale_factor=prescale,
+                                          postscale_factor=postscale,
+                                          process_set=self._process_set)
+        return handle, (compressed, ctx)
+
+    def _grouped_allreduce_grad_async(self, group):
+        pairs = [self._compression.compress(self._grad_of(p)) for p in group]
+        prescale, postscale = self._scale_factors()
+        compressed = [c for c, _ in pairs]
+        names = [self._parameter_names[p] for p in group]
+        handle = mpi_ops.grouped_allreduce_async_(
+            compressed, name="allreduce.group." + "+".join(names), op=self.op,
+            prescale_factor=prescale, postscale_factor=postscale,
+            process_set=self._process_set)
+        return handle, [(c, ctx) for c, ctx in pairs]
+
+    def _make_hook(self, p):
+        def hook(*ignore):
+            if self._handles.get(p, (None, None))[0] is not None \
+                    and self._allreduce_delay[p] <= 0:
+                raise AssertionError(
+                    "Gradients were computed more than backward_passes_per_step times before "
+                    "call to step(). Increase backward_passes_per_step to accumulate "
+                    "gradients locally.")
+            assert self._allreduce_delay[p] > 0
+            self._allreduce_delay[p] -= 1
+            if self._allreduce_delay[p] > 0:
+                self._handles[p] = (None, None)
+                return
+            if self._groups is not None and p in self._p_to_group:
+                group = self._p_to_group[p]
+                self._group_counts[group] += 1
+                if self._group_counts[group] == len(group):
+                    self._handles[group] = self._grouped_allreduce_grad_async(group)
+                    for gp in group:
+                        self._handles.pop(gp, None)
+                    self._group_counts[group] = 0
+                else:
+                    self._handles[p] = (None, None)
+                return
+            self._handles[p] = self._allreduce_grad_async(p)
+        return hook
+
+    def synchronize(self):
+        """Waits for every gradient allreduce (starting those not yet started, e.g. for
+        parameters without a gradient this step) and writes the results into p.grad."""
+        if not self._process_set.included():
+            self._synchronized = True
+            return
+        started = set()
+        for key, (handle, _) in self._handles.items():
+            if handle is not None:
+                started.update(key if isinstance(key, tuple) else (key,))
+        if self._groups is not None:
+            for group in self._groups:
+                if not any(p in started for p in group):
+                    for p in group:
+                        self._handles.pop(p, None)
+                    self._handles[group] = self._grouped_allreduce_grad_async(group)
+                    self._group_counts[group] = 0
+                    started.update(group)
+        for p in sorted(self._requires_update - started, key=self._parameter_names.get):
+            self._handles[p] = self._allreduce_grad_async(p)
+        for key, (handle, ctx) in self._handles.items():
+            synchronize(handle)
+            if isinstance(key, tuple):
+                for p, (compressed, c) in zip(key, ctx):
+                    self._write_grad(p, compressed, c)
+            else:
+                self._write_grad(key, *ctx)
+        self._handles.clear()
+        self._synchronized = True
+
+    def _write_grad(self, p, compressed, ctx):
+        self._allreduce_delay[p] = self.backward_passes_per_step
+        reduced = self._compression.decompress(compressed, ctx)
+        if reduced.data_ptr() != p.grad.data_ptr():
+            with torch.no_grad():
+                p.grad.copy_(reduced)
+
+    @contextmanager
+    def skip_synchronize(self):
+        """Inside this context step() does not synchronize: use it after calling
+        synchronize() yourself (e.g. to clip gradients before the step)."""
+        self._should_synchronize = False
+        try:
+            yield
+        finally:
+            self._should_synchronize = True
+
+    def step(self, closure=None):
+        if self._should_synchronize:
+            if self._synchronized:
+                warnings.warn("optimizer.step() called without a call to "
+                              "optimizer.synchronize() after optimizer.synchronize(). This "
+                              "can cause training slowdown. You may want to consider using "
+                              "optimizer.skip_synchronize() context if you use "
+                              "optimizer.synchronize() in your code.")
+            self.synchronize()
+        self._synchronized = False
+        return super(self.__class__, self).step(closure)
+
+    def zero_grad(self, *args, **kwargs):
+        if self._handles:
+            raise AssertionError("optimizer.zero_grad() was called after loss.backward() "
+                                 "but before optimizer.step() or optimizer.synchronize(). "
+                                 "This is prohibited as it can cause a race condition.")
+        return super(self.__class__, self).zero_grad(*args, **kwargs)
+
+
+def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,
+                         backward_passes_per_step=1, op=Average, gradient_predivide_factor=1.0,
+                         num_groups=0, groups=None, sparse_as_dense=False,
+                         process_set=global_process_set):
+    """Wraps a torch optimizer so that step() uses gradients reduced over all ranks.
+
+    named_parameters: model.named_parameters(), to name each allreduce ("allreduce.<name>").
+    compression: Compression.none or Compression.fp16. backward_passes_per_step: number of
+    local backward passes accumulated before each allreduce. op: Average (default), Sum,
+    ... gradient_predivide_factor: with Average, divide by this before the sum and by
+    size/factor after. groups: an int (that many grouped allreduces) or a list of lists of
+    parameters reduced together. process_set: ranks to reduce over.
+    """
+    if sparse_as_dense:
+        warnings.warn("sparse_as_dense: Tutti reduces every gradient densely")
+    if gradient_predivide_factor != 1.0 and op != Average:
+        raise ValueError("gradient_predivide_factor not supported with op != Average")
+    mpi_ops._check_op(op, "DistributedOptimizer")
+    if num_groups != 0:
+        warnings.warn("Parameter `num_groups` has been replaced by `groups`",
+                      DeprecationWarning)
+        if groups is None:
+            groups = num_groups
+    cls = type(optimizer.__class__.__name__, (optimizer.__class__,),
+               {k: v for k, v in _DistributedOptimizer.__dict__.items()
+                if k not in ("__dict__", "__weakref__")})
+    return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step,
+               op, gradient_predivide_factor, groups, process_set)
