@@ -39,10 +39,7 @@ flags_for() {  # FLAGS_<workload> in the environment replaces the default
 
 launch() {  # backend ranks -> the launcher command line
   if [ "$1" = mpi ]; then
-    # env -u: core/config.cc reads OMPI_COMM_WORLD_NODE_RANK (a rank within the node) as
-    # the cross rank and rejects rank 1 of a one-node job; without it the cross rank is
-    # derived (rank / local size), which is right for one node.
-    echo "mpirun -np $2 --oversubscribe --bind-to none --mca btl self,vader env -u OMPI_COMM_WORLD_NODE_RANK"
+    echo "mpirun -np $2 --oversubscribe --bind-to none --mca btl self,vader"
   else
     echo "$TUTTIRUN -np $2 --gloo"
   fi
