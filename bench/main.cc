@@ -20,6 +20,8 @@ namespace tutti {
 namespace bench {
 namespace {
 
+constexpr double kSettleSeconds = 0.25;
+
 std::string joinArgs(const std::vector<std::string>& args) {
   std::string s;
   for (const std::string& a : args) s += (s.empty() ? "" : " ") + a;
@@ -58,6 +60,7 @@ int runBench(const Options& options) {
   }
 
   Runner runner(options, baseline.get());
+  runner.settle(kSettleSeconds);
   int64_t wrong = 0;
   switch (options.workload) {
     case Workload::kFusion: wrong = runFusion(runner, report); break;

@@ -101,6 +101,8 @@ void fillMachine(Metadata* meta) {
     }
   }
   meta->cores = static_cast<int>(std::thread::hardware_concurrency());
+  std::ifstream load("/proc/loadavg");
+  std::getline(load, meta->loadavg);
   std::time_t now = std::time(nullptr);
   char date[64];
   std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
@@ -129,6 +131,11 @@ void Report::print(const char* fmt, ...) const {
   va_end(ap);
 }
 
+void Report::printMachine() const {
+  print("# %s, %s, %d cores, load average %s, %s\n", meta_.hostname.c_str(),
+        meta_.cpu_model.c_str(), meta_.cores, meta_.loadavg.c_str(), meta_.date.c_str());
+}
+
 void Report::beginSweep(bool with_baseline) {
   with_baseline_ = with_baseline;
   print("# tutti-bench %s: %d ranks, backend %s, baseline %s, dtype %s, op %s, iters %d, "
@@ -137,6 +144,7 @@ void Report::beginSweep(bool with_baseline) {
         meta_.baseline.empty() ? "none" : meta_.baseline.c_str(), meta_.dtype.c_str(),
         meta_.op.c_str(), meta_.iters, meta_.warmup_iters, meta_.check ? 1 : 0,
         meta_.combine.c_str());
+  printMachine();
   print("#\n");
   std::string mode_head = format(" %8s %7s %7s %6s", "time", "algbw", "busbw", "#wrong");
   std::string mode_unit = format(" %8s %7s %7s %6s", "(us)", "(GB/s)", "(GB/s)", "");
@@ -191,6 +199,7 @@ void Report::beginFusion(bool with_baseline) {
         meta_.ranks, meta_.backend.c_str(), meta_.baseline.empty() ? "none" : meta_.baseline.c_str(),
         meta_.dtype.c_str(), meta_.op.c_str(), meta_.iters, meta_.warmup_iters,
         meta_.check ? 1 : 0, meta_.combine.c_str());
+  printMachine();
   print("# step = every tensor enqueued, then every handle waited; grouped = one "
         "groupedAllreduce of the same tensors\n");
   print("# per-tensor = one bare call per tensor; packed = memcpy in + one bare call + memcpy out\n#\n");
@@ -216,10 +225,12 @@ void Report::addFusionRow(const FusionRow& row) {
 void Report::beginLatency(bool with_baseline) {
   with_baseline_ = with_baseline;
   print("# tutti-bench latency: %d ranks, backend %s, baseline %s, dtype %s, op %s, iters %d, "
-        "warmup %d, check %d, per-rank statistics: %s over ranks\n#\n",
+        "warmup %d, check %d, per-rank statistics: %s over ranks\n",
         meta_.ranks, meta_.backend.c_str(), meta_.baseline.empty() ? "none" : meta_.baseline.c_str(),
         meta_.dtype.c_str(), meta_.op.c_str(), meta_.iters, meta_.warmup_iters,
         meta_.check ? 1 : 0, meta_.combine.c_str());
+  printMachine();
+  print("#\n");
   print("# %10s %10s %10s %10s %10s %10s %10s %8s %6s\n", "size(B)", "median(us)", "p99(us)",
         "max(us)", "base_med", "base_p99", "base_max", "ratio", "#wrong");
 }
@@ -269,6 +280,7 @@ std::string Report::json() const {
      << ",\n  \"baseline\": " << (meta_.baseline.empty() ? "null" : jsonString(meta_.baseline))
      << ",\n  \"machine\": {\"hostname\": " << jsonString(meta_.hostname)
      << ", \"cpu_model\": " << jsonString(meta_.cpu_model) << ", \"cores\": " << meta_.cores
+     << ", \"loadavg\": " << jsonString(meta_.loadavg)
      << "},\n  \"date\": " << jsonString(meta_.date) << ",\n  \"dtype\": "
      << jsonString(meta_.dtype) << ",\n  \"op\": " << jsonString(meta_.op)
      << ",\n  \"iters\": " << meta_.iters << ",\n  \"warmup_iters\": " << meta_.warmup_iters

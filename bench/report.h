@@ -53,6 +53,7 @@ struct LatencyRow {
 
 struct Metadata {
   std::string command, workload, backend, baseline, date, hostname, cpu_model;
+  std::string loadavg;  // /proc/loadavg at the start: other work on a shared machine
   int ranks = 1, cores = 0;
   std::string dtype, op, combine;
   int iters = 0, warmup_iters = 0;
@@ -89,6 +90,7 @@ class Report {
 
  private:
   void print(const char* fmt, ...) const __attribute__((format(printf, 2, 3)));
+  void printMachine() const;
   void printMode(const ModeResult& m) const;
 
   Metadata meta_;

@@ -81,6 +81,31 @@ std::vector<double> Runner::combine(std::vector<double> values) const {
   return values;
 }
 
+int Runner::settle(double seconds) const {
+  // Each op carries "I want more" (1) or "done" (0); max over ranks: all stop together.
+  int32_t more = 1;
+  int iterations = 0;
+  const double start = nowUs();
+  TensorView v = view(&more, 1, DataType::kInt32);
+  OpOptions o;
+  o.op = ReduceOp::kMax;
+  while (more != 0) {
+    more = nowUs() - start < seconds * 1e6 ? 1 : 0;
+    Handle h = 0;
+    check(allreduceAsync("bench.settle", v, v, o, &h), "warm-up allreduce");
+    wait(h, "warm-up allreduce");
+    ++iterations;
+  }
+  if (baseline_ && baseline_->supports(Workload::kAllreduce, DataType::kInt32, ReduceOp::kMax)) {
+    int32_t x = 1;
+    for (int i = 0; i < iterations; ++i) {
+      baseline_->allreduce(&x, &x, 1, DataType::kInt32, ReduceOp::kMax);
+    }
+  }
+  barrier();
+  return iterations;
+}
+
 std::vector<int64_t> Runner::sumOverRanks(std::vector<int64_t> values) const {
   if (size_ == 1 || values.empty()) return values;
   TensorView v = view(values.data(), static_cast<int64_t>(values.size()), DataType::kInt64);

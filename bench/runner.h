@@ -51,6 +51,11 @@ class Runner {
   // Combines each value over ranks as -a says: rank 0's, average, min or max.
   std::vector<double> combine(std::vector<double> values) const;
   std::vector<int64_t> sumOverRanks(std::vector<int64_t> values) const;
+  // Warm-up before the first timed row (nccl-tests warms up too): 4-byte Tutti allreduces
+  // until every rank has spent `seconds` in them, then as many bare ones. The first
+  // ~50 ms after init are several times slower than steady state on both. Returns the
+  // number of Tutti ops run.
+  int settle(double seconds) const;
 
  private:
   const Options& options_;
