@@ -5,6 +5,7 @@
 
 #include "backends/backend.h"
 #include "core/coordinator.h"
+#include "core/response_cache.h"
 #include "core/tensor_queue.h"
 
 #include <memory>
@@ -13,8 +14,11 @@
 namespace tutti {
 
 struct ProcessSet {
-  ProcessSet(int set_id, std::vector<int> set_ranks, int world_rank)
-      : id(set_id), ranks(std::move(set_ranks)), coordinator(static_cast<int>(ranks.size())) {
+  ProcessSet(int set_id, std::vector<int> set_ranks, int world_rank, int64_t cache_capacity)
+      : id(set_id),
+        ranks(std::move(set_ranks)),
+        coordinator(static_cast<int>(ranks.size())),
+        cache(cache_capacity) {
     for (size_t i = 0; i < ranks.size(); ++i)
       if (ranks[i] == world_rank) rank = static_cast<int>(i);
   }
@@ -28,6 +32,9 @@ struct ProcessSet {
   std::vector<std::unique_ptr<Backend>> backends;  // registry order: first that supports()
   TensorQueue queue;
   Coordinator coordinator;
+  ResponseCache cache;
+  bool joined = false;            // this rank's join is in flight
+  std::vector<Request> demoted;   // cache hits that missed their round: negotiate them next
 };
 
 }  // namespace tutti

@@ -68,7 +68,8 @@ std::shared_ptr<ProcessSet> Runtime::findSet(int id) const {
 }
 
 std::shared_ptr<ProcessSet> Runtime::createSet(int id, std::vector<int> ranks) {
-  auto set = std::make_shared<ProcessSet>(id, std::move(ranks), config_.topology.rank);
+  auto set = std::make_shared<ProcessSet>(id, std::move(ranks), config_.topology.rank,
+                                          config_.cache_capacity);
   if (set->member()) {
     set->control = transport_->makeControlPlane(set->ranks, id);
     set->backends = makeBackends(*transport_, *set->control, set->ranks, id, config_);
@@ -100,7 +101,8 @@ Status Runtime::submit(int process_set, std::vector<TensorEntry> entries, Callba
   auto state = handles_.create(static_cast<int>(entries.size()), std::move(callback));
   if (entries.size() > 1) {
     for (auto& e : entries) {
-      e.request.group = "group." + std::to_string(state->id) + "." + entries[0].request.name;
+      // The same on every rank: no two groups in flight share a first name.
+      e.request.group = entries[0].request.name + "/" + std::to_string(entries.size());
       e.request.group_size = static_cast<int32_t>(entries.size());
     }
   }
@@ -221,6 +223,30 @@ void Runtime::loop() {
   }
 }
 
+namespace {
+
+// Where a set's bits sit in the round's AND-allreduce: bit 0 "not shutting down", then per
+// set "no new requests" and "nobody joined", then per set one word-aligned section with a
+// bit per cache slot ("I submitted this cached op").
+struct BitLayout {
+  BitLayout(size_t nsets, int64_t capacity) : sets(nsets) {
+    size_t header = 1 + 2 * nsets;
+    size_t words = (header + 63) / 64;
+    section_words = static_cast<size_t>((capacity + 63) / 64);
+    for (size_t i = 0; i < nsets; ++i) section.push_back((words + i * section_words) * 64);
+    total_words = words + nsets * section_words;
+  }
+  size_t noNew(size_t set) const { return 1 + 2 * set; }
+  size_t noJoin(size_t set) const { return 2 + 2 * set; }
+  size_t slot(size_t set, int slot) const { return section[set] + static_cast<size_t>(slot); }
+  size_t sets, section_words, total_words;
+  std::vector<size_t> section;
+};
+
+void setBit(std::vector<uint64_t>& bits, size_t i) { bits[i / 64] |= uint64_t(1) << (i % 64); }
+
+}  // namespace
+
 bool Runtime::runRound(bool* had_work) {
   std::vector<std::shared_ptr<ProcessSet>> sets;
   {
@@ -232,38 +258,84 @@ bool Runtime::runRound(bool* had_work) {
     std::lock_guard<std::mutex> lock(wake_mu_);
     shutting_down = shutdown_requested_;
   }
-  // 1-2. Which sets have new work anywhere, and is anyone shutting down?
-  std::vector<uint64_t> bits((sets.size() + 1 + 63) / 64, ~uint64_t(0));
+  // 1-2. Sort this rank's new requests into cache hits and misses; build the bit vector.
+  BitLayout layout(sets.size(), config_.cache_capacity);
+  std::vector<uint64_t> bits(layout.total_words, ~uint64_t(0));
   if (shutting_down) clearBit(bits, 0);
-  std::vector<std::vector<Request>> mine(sets.size());
-  std::vector<bool> stall_fatal(sets.size(), false);
-  std::vector<std::string> fatal_message(sets.size());
+  struct Mine {
+    std::vector<Request> misses;
+    std::vector<std::pair<int, Request>> hits;
+    std::string fatal;
+  };
+  std::vector<Mine> mine(sets.size());
   for (size_t i = 0; i < sets.size(); ++i) {
-    if (!sets[i]->member()) continue;
-    mine[i] = sets[i]->queue.popNew();
-    if (sets[i]->rank == 0) fatal_message[i] = checkStalls(*sets[i]);
-    stall_fatal[i] = !fatal_message[i].empty();
-    if (!mine[i].empty() || stall_fatal[i]) clearBit(bits, 1 + i);
+    ProcessSet& set = *sets[i];
+    if (!set.member()) continue;
+    Mine& m = mine[i];
+    m.misses.swap(set.demoted);
+    for (auto& q : set.queue.popNew()) {
+      if (q.op == OpType::kJoin) set.joined = true;
+      int slot = set.cache.lookup(q);
+      if (slot >= 0)
+        m.hits.emplace_back(slot, std::move(q));
+      else
+        m.misses.push_back(std::move(q));
+    }
+    if (set.rank == 0) m.fatal = checkStalls(set);
+    if (!m.misses.empty() || !m.fatal.empty()) clearBit(bits, layout.noNew(i));
+    if (set.joined) clearBit(bits, layout.noJoin(i));
+    for (size_t w = 0; w < layout.section_words; ++w) bits[layout.section[i] / 64 + w] = 0;
+    for (const auto& hit : m.hits) setBit(bits, layout.slot(i, hit.first));
   }
   sets[0]->control->allreduceAnd(bits, deadlineAfter(config_.timeout_seconds));
 
-  // 3-4. Negotiate and execute, set by set in id order.
+  // 3-4. Cached ops every member submitted, then negotiation, then execution, set by set.
   *had_work = false;
   for (size_t i = 0; i < sets.size(); ++i) {
     ProcessSet& set = *sets[i];
-    if (!set.member() || bitSet(bits, 1 + i)) continue;
-    *had_work = true;
+    if (!set.member()) continue;
+    Mine& m = mine[i];
+    const bool someone_joined = !bitSet(bits, layout.noJoin(i));
     std::vector<Response> responses;
-    std::string fatal = fatal_message[i];
-    negotiate(set, std::move(mine[i]), stall_fatal[i], &responses, &fatal);
-    if (!fatal.empty()) throwError(StatusCode::kTimeout, fatal);
+    std::vector<int> hit_slots;
+    if (someone_joined) {  // the coordinator must see every request while a rank is joined
+      for (auto& hit : m.hits) m.misses.push_back(std::move(hit.second));
+    } else {
+      for (int slot = 0; slot < set.cache.capacity(); ++slot)
+        if (bitSet(bits, layout.slot(i, slot))) hit_slots.push_back(slot);
+      for (auto& hit : m.hits)
+        if (!bitSet(bits, layout.slot(i, hit.first))) set.demoted.push_back(std::move(hit.second));
+      for (int slot : hit_slots) responses.push_back(set.cache.response(slot));
+    }
+    const bool negotiates = !bitSet(bits, layout.noNew(i)) || someone_joined;
+    if (!negotiates && hit_slots.empty()) continue;
+    *had_work = true;
+    size_t first_negotiated = responses.size();
+    if (negotiates) {
+      std::string fatal = m.fatal;
+      negotiate(set, std::move(m.misses), !m.fatal.empty(), &responses, &fatal);
+      if (!fatal.empty()) throwError(StatusCode::kTimeout, fatal);
+    }
+    // The cache learns this round's new agreements, in agreed order, before execution
+    // takes the entries (every member holds an identical request for each of them).
+    if (!someone_joined) {
+      for (int slot : hit_slots) set.cache.touch(slot);
+      for (size_t k = first_negotiated; k < responses.size(); ++k) {
+        const Response& r = responses[k];
+        if (r.type != ResponseType::kOp || r.names.size() != 1) continue;
+        if (auto q = set.queue.peek(r.names[0])) set.cache.put(*q, r);
+      }
+    }
     for (const auto& response : planFusion(std::move(responses), config_.fusion_threshold)) {
       if (response.op == OpType::kAddProcessSet || response.op == OpType::kRemoveProcessSet)
         applySetChange(response);
       else
         executor_.run(response, set);
+      if (response.op == OpType::kJoin) set.joined = false;
     }
   }
+  for (auto& set : sets)
+    if (set->member() && !set->demoted.empty()) *had_work = true;  // negotiate them at once
   // 5. Shutdown: every rank learns it in the same round.
   if (!bitSet(bits, 0)) {
     stop(Status(StatusCode::kAborted,
@@ -292,7 +364,7 @@ void Runtime::negotiate(ProcessSet& set, std::vector<Request> mine, bool stall_f
   }
   ResponseList in = parseResponseList(set.control->broadcast(answer, deadline));
   *fatal = in.fatal_error;
-  *responses = std::move(in.responses);
+  for (auto& r : in.responses) responses->push_back(std::move(r));
 }
 
 std::string Runtime::checkStalls(ProcessSet& set) {

@@ -46,6 +46,13 @@ std::optional<TensorEntry> TensorQueue::take(const std::string& name) {
   return e;
 }
 
+std::optional<Request> TensorQueue::peek(const std::string& name) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = entries_.find(name);
+  if (it == entries_.end()) return std::nullopt;
+  return it->second.request;
+}
+
 size_t TensorQueue::inFlight() const {
   std::lock_guard<std::mutex> lock(mu_);
   return entries_.size();

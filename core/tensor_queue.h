@@ -32,6 +32,7 @@ class TensorQueue {
   std::vector<Request> popNew();
   bool hasNew() const;
   std::optional<TensorEntry> take(const std::string& name);
+  std::optional<Request> peek(const std::string& name) const;
   size_t inFlight() const;
   // Removes every entry; their handles are the caller's to complete.
   std::vector<TensorEntry> takeAll();

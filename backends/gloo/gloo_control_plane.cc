@@ -2,12 +2,10 @@
 //  gather:    1. every non-root sends its byte count (8 bytes) to group rank 0;
 //             2. every non-root sends its bytes; rank 0 receives them into a persistent
 //                buffer at offsets from step 1 and splits them in rank order.
-//  broadcast: gloo broadcast of the length (8 bytes), then of the bytes.
-//  allreduceAnd: gloo ring allreduce of uint64 words with a bitwise-AND reduction.
+//  broadcast: tree broadcast of the length (8 bytes), then of the bytes.
+//  allreduceAnd: ring allreduce of uint64 words with a bitwise-AND reduction.
+#include "backends/gloo/gloo_algorithms.h"
 #include "backends/gloo/gloo_backend.h"
-
-#include <gloo/allreduce.h>
-#include <gloo/broadcast.h>
 
 #include <cstring>
 
@@ -26,6 +24,7 @@ class GlooControlPlane : public ControlPlane {
   int size() const override { return group_->size(); }
 
   std::vector<std::string> gather(const std::string& bytes, Deadline deadline) override {
+    group_->run("gather", deadline, [](std::chrono::milliseconds) {});
     const int n = size();
     if (n == 1) return {bytes};
     std::vector<GlooGroup::Transfer> to_root, from_peers;
@@ -64,46 +63,27 @@ class GlooControlPlane : public ControlPlane {
   }
 
   std::string broadcast(const std::string& bytes, Deadline deadline) override {
+    group_->run("broadcast", deadline, [](std::chrono::milliseconds) {});
     if (size() == 1) return bytes;
     uint64_t length = rank() == 0 ? bytes.size() : 0;
-    group_->run("broadcast (length)", deadline, [&](std::chrono::milliseconds timeout) {
-      gloo::BroadcastOptions opts(group_->context());
-      opts.setOutput(&length, 1);
-      opts.setRoot(0);
-      opts.setTimeout(timeout);
-      gloo::broadcast(opts);
-    });
+    treeBroadcast(*group_, &length, sizeof(length), 0, "broadcast (length)", deadline);
     std::string out = rank() == 0 ? bytes : std::string(length, '\0');
-    if (length == 0) return out;
-    group_->run("broadcast of " + std::to_string(length) + " bytes", deadline,
-                [&](std::chrono::milliseconds timeout) {
-      gloo::BroadcastOptions opts(group_->context());
-      opts.setOutput(reinterpret_cast<uint8_t*>(&out[0]), length);
-      opts.setRoot(0);
-      opts.setTimeout(timeout);
-      gloo::broadcast(opts);
-    });
+    if (length > 0)
+      treeBroadcast(*group_, &out[0], length, 0,
+                    "broadcast of " + std::to_string(length) + " bytes", deadline);
     return out;
   }
 
   void allreduceAnd(std::vector<uint64_t>& bits, Deadline deadline) override {
-    if (size() == 1 || bits.empty()) {
-      group_->run("allreduceAnd", deadline, [](std::chrono::milliseconds) {});
-      return;
-    }
-    group_->run("allreduceAnd of " + std::to_string(bits.size()) + " words", deadline,
-                [&](std::chrono::milliseconds timeout) {
-      gloo::AllreduceOptions opts(group_->context());
-      opts.setOutput(bits.data(), bits.size());
-      opts.setReduceFunction([](void* c, const void* a, const void* b, size_t n) {
-        auto* out = static_cast<uint64_t*>(c);
-        const auto* x = static_cast<const uint64_t*>(a);
-        const auto* y = static_cast<const uint64_t*>(b);
-        for (size_t i = 0; i < n; ++i) out[i] = x[i] & y[i];
-      });
-      opts.setTimeout(timeout);
-      gloo::allreduce(opts);
-    });
+    const std::string what = "allreduceAnd of " + std::to_string(bits.size()) + " words";
+    group_->run(what, deadline, [](std::chrono::milliseconds) {});
+    ringAllreduce(*group_, bits.data(), static_cast<int64_t>(bits.size()), sizeof(uint64_t),
+                  [](void* acc, const void* in, size_t n) {
+                    auto* a = static_cast<uint64_t*>(acc);
+                    const auto* b = static_cast<const uint64_t*>(in);
+                    for (size_t i = 0; i < n; ++i) a[i] &= b[i];
+                  },
+                  scratch_, what, deadline);
   }
 
   void abort(const std::string& reason) override { group_->abort(reason); }
@@ -112,6 +92,7 @@ class GlooControlPlane : public ControlPlane {
   std::unique_ptr<GlooGroup> group_;
   std::vector<uint64_t> sizes_;
   std::vector<char> buffer_;
+  std::vector<char> scratch_;
 };
 
 }  // namespace

@@ -5,6 +5,8 @@
 #include <gloo/transport/unbound_buffer.h>
 #include <gloo/types.h>
 
+#include <deque>
+#include <map>
 #include <set>
 
 namespace tutti {
@@ -85,18 +87,37 @@ void GlooGroup::run(const std::string& what, Deadline deadline,
 
 void GlooGroup::exchange(const std::string& what, const void* send_buf, size_t send_size,
                          const std::vector<Transfer>& sends, void* recv_buf, size_t recv_size,
-                         const std::vector<Transfer>& recvs, uint32_t tag, Deadline deadline) {
+                         const std::vector<Transfer>& recvs, uint32_t tag, Deadline deadline,
+                         const std::function<void(size_t)>& on_recv) {
   run(what, deadline, [&](std::chrono::milliseconds) {
     const uint64_t slot = gloo::Slot::build(kExchangeSlotPrefix, tag);
     std::unique_ptr<gloo::transport::UnboundBuffer> out, in;
     if (send_size > 0)
       out = context_->createUnboundBuffer(const_cast<void*>(send_buf), send_size);
     if (recv_size > 0) in = context_->createUnboundBuffer(recv_buf, recv_size);
+    // 1. Make the buffers visible to abort() (unless it already ran).
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (poison_code_ != StatusCode::kOk) throwError(poison_code_, poison_message_);
+      if (out) live_.push_back(out.get());
+      if (in) live_.push_back(in.get());
+    }
+    struct Unregister {
+      GlooGroup* group;
+      ~Unregister() {
+        std::lock_guard<std::mutex> lock(group->mutex_);
+        group->live_.clear();
+      }
+    } unregister{this};
+    // 2. Post every receive and send (empty ones skipped: both sides know the sizes).
     std::multiset<int> pending_sends, pending_recvs;
-    for (const auto& t : recvs) {
+    std::map<int, std::deque<size_t>> recv_order;  // per peer: indices into recvs, as posted
+    for (size_t i = 0; i < recvs.size(); ++i) {
+      const auto& t = recvs[i];
       if (t.bytes == 0) continue;
       in->recv(t.peer, slot, t.offset, t.bytes);
       pending_recvs.insert(t.peer);
+      if (on_recv) recv_order[t.peer].push_back(i);
     }
     for (const auto& t : sends) {
       if (t.bytes == 0) continue;
@@ -108,14 +129,15 @@ void GlooGroup::exchange(const std::string& what, const void* send_buf, size_t s
       for (int peer : std::set<int>(peers.begin(), peers.end())) world.push_back(ranks_[peer]);
       return joinInts(world);
     };
+    // 3. Wait for each, naming the peers still awaited if the deadline passes.
     auto wait = [&](gloo::transport::UnboundBuffer* buf, std::multiset<int>& pending,
                     bool is_recv) {
       while (!pending.empty()) {
         int peer = -1;
+        bool done = false;
         try {
-          bool ok = is_recv ? buf->waitRecv(&peer, timeoutFor(deadline))
-                            : buf->waitSend(&peer, timeoutFor(deadline));
-          if (!ok) throwError(StatusCode::kAborted, "wait aborted");
+          done = is_recv ? buf->waitRecv(&peer, timeoutFor(deadline))
+                         : buf->waitSend(&peer, timeoutFor(deadline));
         } catch (const gloo::Exception& e) {
           const bool timeout = isTimeout(e.what());
           fail(timeout ? StatusCode::kTimeout : StatusCode::kBackend,
@@ -123,8 +145,20 @@ void GlooGroup::exchange(const std::string& what, const void* send_buf, size_t s
                    (is_recv ? "receiving from" : "sending to") + " world rank(s) " +
                    waiting(pending) + ": " + e.what());
         }
+        if (!done) {  // abort() woke us
+          std::lock_guard<std::mutex> lock(mutex_);
+          throwError(StatusCode::kAborted, label(what) + " interrupted: " + poison_message_);
+        }
         auto it = pending.find(peer);
-        pending.erase(it != pending.end() ? it : pending.begin());
+        if (it == pending.end()) it = pending.begin();
+        const int done_peer = *it;
+        pending.erase(it);
+        if (is_recv && on_recv) {
+          auto& order = recv_order[done_peer];
+          const size_t index = order.front();
+          order.pop_front();
+          on_recv(index);
+        }
       }
     };
     wait(in.get(), pending_recvs, true);
@@ -138,6 +172,10 @@ void GlooGroup::abort(const std::string& reason) {
     if (poison_code_ != StatusCode::kOk) return;
     poison_code_ = StatusCode::kAborted;
     poison_message_ = label("abort") + ": " + reason;
+    for (auto* buf : live_) {
+      buf->abortWaitRecv();
+      buf->abortWaitSend();
+    }
   }
   try {
     context_->closeConnections();

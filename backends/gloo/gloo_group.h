@@ -1,6 +1,7 @@
 // One connected gloo context for one process set (control plane or data plane), with the
-// error discipline every gloo call goes through: deadline -> gloo timeout, gloo exception ->
-// tutti::Error naming op, group, rank and (where known) peer, and poisoning.
+// error discipline every transfer goes through: deadline -> gloo timeout, gloo exception ->
+// tutti::Error naming op, group, rank and the peers still awaited, and poisoning.
+// All data moves through exchange(), whose gloo buffers abort() can wake from any thread.
 //
 // Thread-safety: run()/exchange() are called by one thread (the background thread);
 // abort() may be called from any thread. Owns its context (shared with nothing else).
@@ -9,6 +10,7 @@
 #include "core/common.h"
 
 #include <gloo/context.h>
+#include <gloo/transport/unbound_buffer.h>
 
 #include <chrono>
 #include <cstdint>
@@ -39,7 +41,9 @@ class GlooGroup {
            const std::function<void(std::chrono::milliseconds)>& fn);
 
   // Point-to-point: one message per Transfer (empty ones skipped), all posted at once, then
-  // waited for. `tag` separates consecutive exchanges of one op.
+  // waited for; receives first, and on_recv(i) runs as soon as recvs[i] has arrived
+  // (messages from one peer arrive in the order posted). `tag` separates consecutive
+  // exchanges of one op.
   struct Transfer {
     int peer;  // group rank
     size_t offset;
@@ -47,8 +51,11 @@ class GlooGroup {
   };
   void exchange(const std::string& what, const void* send_buf, size_t send_size,
                 const std::vector<Transfer>& sends, void* recv_buf, size_t recv_size,
-                const std::vector<Transfer>& recvs, uint32_t tag, Deadline deadline);
+                const std::vector<Transfer>& recvs, uint32_t tag, Deadline deadline,
+                const std::function<void(size_t)>& on_recv = nullptr);
 
+  // Poisons the group, wakes a transfer blocked in exchange() (it throws kAborted) and
+  // closes the connections so that peers fail fast.
   void abort(const std::string& reason);
 
  private:
@@ -59,7 +66,8 @@ class GlooGroup {
   const std::vector<int> ranks_;
   const int id_;
   const std::string kind_;
-  std::mutex mutex_;
+  std::mutex mutex_;  // guards the poison and live_
+  std::vector<gloo::transport::UnboundBuffer*> live_;  // buffers of the running exchange()
   StatusCode poison_code_ = StatusCode::kOk;
   std::string poison_message_;
 };

@@ -1,7 +1,7 @@
 // Loopback transport, control plane and backend: ranks are threads sharing a LoopbackHub.
-// Every op follows the protocol described in loopback_group.h (post, sync, read peers'
-// memory, sync). Validation of arguments against member 0's post is done identically on
-// every member, so either all members throw or none does.
+// Every op follows the protocol described in loopback_group.h (arrive with a post, read
+// the peers' memory, depart). Arguments are validated against member 0's post identically
+// on every member, so either all members throw or none does.
 #include "backends/loopback/loopback.h"
 
 #include "backends/loopback/loopback_group.h"
@@ -58,18 +58,17 @@ class Member {
       if (first != other) mismatch(op, what, m, first, other);
     }
   }
-  // Runs `body` (validation and reads of the peers' posts), then the closing sync even when
-  // body threw, so that no member posts the next op while a peer still reads this one.
+  // Runs `body` (validation and reads of the peers' posts), then departs even when body
+  // threw, so that no member leaves (or posts the next op) while a peer still reads.
   template <typename Body>
-  void readThenSync(LoopbackChannel& channel, Deadline deadline, Clock::time_point start,
-                    const char* op, Body body) {
+  void readThenDepart(LoopbackChannel& channel, Body body) {
     std::exception_ptr error;
     try {
       body();
-    } catch (const Error&) {
+    } catch (...) {
       error = std::current_exception();
     }
-    channel.sync(member_, nullptr, deadline, start, op);
+    channel.depart(member_);
     if (error) std::rethrow_exception(error);
   }
   void checkCounts(const char* op, const std::vector<int64_t>& counts) const {
@@ -114,8 +113,8 @@ class LoopbackBackend : public Backend, private Member {
     post.op = op;
     post.scratch_bytes = count * esz;
     auto& ch = group_->data();
-    ch.sync(member_, &post, deadline, start, "allreduce");
-    readThenSync(ch, deadline, start, "allreduce", [&] {
+    ch.arrive(member_, post, deadline, start, "allreduce");
+    readThenDepart(ch, [&] {
       checkSame(ch, "allreduce", "counts", [](const LoopbackPost& p) { return p.count; });
       checkSame(ch, "allreduce", "dtypes", postDtype);
       checkSame(ch, "allreduce", "reduce ops", postOp);
@@ -142,8 +141,8 @@ class LoopbackBackend : public Backend, private Member {
     post.dtype = dtype;
     post.counts = &counts;
     auto& ch = group_->data();
-    ch.sync(member_, &post, deadline, start, "allgatherv");
-    readThenSync(ch, deadline, start, "allgatherv", [&] {
+    ch.arrive(member_, post, deadline, start, "allgatherv");
+    readThenDepart(ch, [&] {
       checkSame(ch, "allgatherv", "dtypes", postDtype);
       for (int m = 0; m < size(); ++m)
         checkSame(ch, "allgatherv", "counts",
@@ -171,8 +170,8 @@ class LoopbackBackend : public Backend, private Member {
     post.dtype = dtype;
     post.root = root;
     auto& ch = group_->data();
-    ch.sync(member_, &post, deadline, start, "broadcast");
-    readThenSync(ch, deadline, start, "broadcast", [&] {
+    ch.arrive(member_, post, deadline, start, "broadcast");
+    readThenDepart(ch, [&] {
       checkSame(ch, "broadcast", "counts", [](const LoopbackPost& p) { return p.count; });
       checkSame(ch, "broadcast", "dtypes", postDtype);
       checkSame(ch, "broadcast", "roots", [](const LoopbackPost& p) { return int64_t(p.root); });
@@ -195,8 +194,8 @@ class LoopbackBackend : public Backend, private Member {
     post.counts = &send_counts;
     post.recv_counts = &recv_counts;
     auto& ch = group_->data();
-    ch.sync(member_, &post, deadline, start, "alltoallv");
-    readThenSync(ch, deadline, start, "alltoallv", [&] {
+    ch.arrive(member_, post, deadline, start, "alltoallv");
+    readThenDepart(ch, [&] {
       checkSame(ch, "alltoallv", "dtypes", postDtype);
       const int n = size();
       for (int i = 0; i < n; ++i)
@@ -238,10 +237,10 @@ class LoopbackBackend : public Backend, private Member {
     post.counts = &counts;
     post.scratch_bytes = total * esz;
     auto& ch = group_->data();
-    ch.sync(member_, &post, deadline, start, "reducescatter");
+    ch.arrive(member_, post, deadline, start, "reducescatter");
     const int64_t mine = counts[member_];
     uint8_t* acc = nullptr;
-    readThenSync(ch, deadline, start, "reducescatter", [&] {
+    readThenDepart(ch, [&] {
       acc = bytesAt(ch.scratch(), offset, esz);
       checkSame(ch, "reducescatter", "dtypes", postDtype);
       checkSame(ch, "reducescatter", "reduce ops", postOp);
@@ -260,7 +259,7 @@ class LoopbackBackend : public Backend, private Member {
 
   void barrier(Deadline deadline) override {
     LoopbackPost post;
-    group_->data().sync(member_, &post, deadline, Clock::now(), "barrier");
+    group_->data().arrive(member_, post, deadline, Clock::now(), "barrier");
   }
 
   void abort(const std::string& reason) override {
@@ -291,9 +290,9 @@ class LoopbackControlPlane : public ControlPlane, private Member {
     LoopbackPost post;
     post.bytes = &bytes;
     auto& ch = group_->control();
-    ch.sync(member_, &post, deadline, start, "gather");
+    ch.arrive(member_, post, deadline, start, "gather");
     std::vector<std::string> result;
-    readThenSync(ch, deadline, start, "gather", [&] {
+    readThenDepart(ch, [&] {
       if (member_ == 0)
         for (int m = 0; m < size(); ++m) result.push_back(*ch.post(m).bytes);
     });
@@ -305,9 +304,9 @@ class LoopbackControlPlane : public ControlPlane, private Member {
     LoopbackPost post;
     post.bytes = &bytes;
     auto& ch = group_->control();
-    ch.sync(member_, &post, deadline, start, "broadcast");
+    ch.arrive(member_, post, deadline, start, "broadcast");
     std::string result;
-    readThenSync(ch, deadline, start, "broadcast", [&] { result = *ch.post(0).bytes; });
+    readThenDepart(ch, [&] { result = *ch.post(0).bytes; });
     return result;
   }
 
@@ -316,9 +315,9 @@ class LoopbackControlPlane : public ControlPlane, private Member {
     LoopbackPost post;
     post.bits = &bits;
     auto& ch = group_->control();
-    ch.sync(member_, &post, deadline, start, "allreduceAnd");
+    ch.arrive(member_, post, deadline, start, "allreduceAnd");
     std::vector<uint64_t> result;
-    readThenSync(ch, deadline, start, "allreduceAnd", [&] {
+    readThenDepart(ch, [&] {
       checkSame(ch, "control-plane allreduceAnd", "bit-vector lengths",
                 [](const LoopbackPost& p) { return int64_t(p.bits->size()); });
       result = *ch.post(0).bits;

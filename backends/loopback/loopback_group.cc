@@ -18,22 +18,29 @@ void LoopbackChannel::wakeAll() {
   cv_.notify_all();
 }
 
-void LoopbackChannel::sync(int member, const LoopbackPost* post, Deadline deadline,
-                           Clock::time_point start, const char* op) {
-  std::unique_lock<std::mutex> lock(mu_);
-  group_.throwIfPoisoned();
-  if (post) posts_[member] = *post;
+bool LoopbackChannel::arriveLocked(int member) {
   arrived_[member] = 1;
-  if (++arrived_count_ == group_.size()) {
+  if (++arrived_count_ < group_.size()) return false;
+  arrived_count_ = 0;
+  std::fill(arrived_.begin(), arrived_.end(), 0);
+  ++generation_;
+  cv_.notify_all();
+  return true;
+}
+
+void LoopbackChannel::arrive(int member, const LoopbackPost& post, Deadline deadline,
+                             Clock::time_point start, const char* op) {
+  std::unique_lock<std::mutex> lock(mu_);
+  // Poison is checked under this lock, and a timeout poisons under it: once a member has
+  // given up, no late member can complete the step and read its (soon freed) memory.
+  group_.throwIfPoisoned();
+  posts_[member] = post;
+  if (arrived_count_ + 1 == group_.size()) {  // the last arrival grows the scratch
     int64_t needed = 0;
     for (const auto& p : posts_) needed = std::max(needed, p.scratch_bytes);
     if (static_cast<int64_t>(scratch_.size()) < needed) scratch_.resize(needed);
-    arrived_count_ = 0;
-    std::fill(arrived_.begin(), arrived_.end(), 0);
-    ++generation_;
-    cv_.notify_all();
-    return;
   }
+  if (arriveLocked(member)) return;
   const uint64_t generation = generation_;
   while (generation_ == generation) {
     group_.throwIfPoisoned();
@@ -45,14 +52,22 @@ void LoopbackChannel::sync(int member, const LoopbackPost* post, Deadline deadli
     char seconds[32];
     std::snprintf(seconds, sizeof(seconds), "%.1f",
                   std::chrono::duration<double>(deadline - start).count());
-    std::string message = "rank " + std::to_string(group_.ranks()[member]) + ": loopback " +
-                          kind_ + op + " on group " + std::to_string(group_.id()) +
-                          ": timed out after " + seconds + " s waiting for rank(s) " +
-                          joinInts(missing);
+    group_.setPoison(StatusCode::kTimeout,
+                     "rank " + std::to_string(group_.ranks()[member]) + ": loopback " + kind_ +
+                         op + " on group " + std::to_string(group_.id()) + ": timed out after " +
+                         seconds + " s waiting for rank(s) " + joinInts(missing));
+    cv_.notify_all();
     lock.unlock();
-    group_.poison(StatusCode::kTimeout, message);
+    group_.wakeAll();
     group_.throwIfPoisoned();  // ours, or the error of whoever poisoned first
   }
+}
+
+void LoopbackChannel::depart(int member) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (arriveLocked(member)) return;
+  const uint64_t generation = generation_;
+  cv_.wait(lock, [&] { return generation_ != generation; });
 }
 
 LoopbackGroup::LoopbackGroup(std::vector<int> ranks, int id)
@@ -64,17 +79,22 @@ void LoopbackGroup::throwIfPoisoned() const {
   throw Error(code_, message_);
 }
 
-void LoopbackGroup::poison(StatusCode code, const std::string& message) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!poisoned_.load(std::memory_order_relaxed)) {
-      code_ = code;
-      message_ = message;
-      poisoned_.store(true, std::memory_order_release);
-    }
-  }
+void LoopbackGroup::setPoison(StatusCode code, const std::string& message) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (poisoned_.load(std::memory_order_relaxed)) return;
+  code_ = code;
+  message_ = message;
+  poisoned_.store(true, std::memory_order_release);
+}
+
+void LoopbackGroup::wakeAll() {
   data_.wakeAll();
   control_.wakeAll();
+}
+
+void LoopbackGroup::poison(StatusCode code, const std::string& message) {
+  setPoison(code, message);
+  wakeAll();
 }
 
 }  // namespace detail

@@ -20,7 +20,7 @@ namespace detail {
 class LoopbackGroup;
 
 // What one member contributes to one step: pointers into its own memory, valid until the
-// member leaves the op. Other members read them between the op's first and last sync.
+// member departs the op. Other members read them between arrive() and depart().
 struct LoopbackPost {
   const void* in = nullptr;
   void* out = nullptr;
@@ -39,28 +39,34 @@ struct LoopbackPost {
 // negotiation and data movement never consume each other's arrivals).
 //
 // Protocol of one op, identical on every member:
-//   1. sync(post): store this member's post, wait until every member has arrived; the last
-//      arriver grows the shared scratch to the largest scratch_bytes posted.
+//   1. arrive(post): store this member's post, wait (with the deadline) until every member
+//      has arrived; the last arriver grows the shared scratch to the largest scratch_bytes.
 //   2. read the other members' posts (their memory) and write own output / own slice of
-//      the scratch.
-//   3. sync(nullptr): wait until every member is done reading (posts stay untouched).
+//      the scratch. Nothing in this step waits.
+//   3. depart(): wait until every member is done reading. No deadline and no poison check
+//      here: every member that passed step 1 gets here after a bounded amount of local
+//      work, and leaving early would let a caller free memory a peer still reads.
 //   4. optionally copy from the scratch into own memory; the scratch is only rewritten
 //      after the next op's step 1, which every member must have reached.
-// Thread-safety: one thread per member at a time; members run concurrently.
+// A barrier is step 1 alone. Thread-safety: one thread per member at a time; members run
+// concurrently.
 class LoopbackChannel {
  public:
   LoopbackChannel(LoopbackGroup& group, const char* kind);
 
-  // Waits (until `deadline`) for every member at this step. On timeout poisons the group
-  // and throws Error(kTimeout) naming the ranks that did not arrive; throws the group's
-  // sticky error if it is poisoned. `start` is when the op began (for the message).
-  void sync(int member, const LoopbackPost* post, Deadline deadline, Clock::time_point start,
-            const char* op);
+  // Step 1. On timeout poisons the group and throws Error(kTimeout) naming the ranks that
+  // did not arrive; throws the group's sticky error if it is poisoned. `start` is when the
+  // op began (the message gives deadline - start).
+  void arrive(int member, const LoopbackPost& post, Deadline deadline, Clock::time_point start,
+              const char* op);
+  void depart(int member);  // step 3
   const LoopbackPost& post(int member) const { return posts_[member]; }
   uint8_t* scratch() { return scratch_.data(); }
   void wakeAll();
 
  private:
+  bool arriveLocked(int member);  // true if this was the last arrival of the step
+
   LoopbackGroup& group_;
   const char* kind_;
   std::mutex mu_;
@@ -86,6 +92,8 @@ class LoopbackGroup {
   void throwIfPoisoned() const;
   // The first poison sticks; wakes every waiter of both channels.
   void poison(StatusCode code, const std::string& message);
+  void setPoison(StatusCode code, const std::string& message);  // without waking anyone
+  void wakeAll();
 
  private:
   const std::vector<int> ranks_;

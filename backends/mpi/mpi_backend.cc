@@ -1,6 +1,6 @@
 // MPI data plane and control plane: every op is a non-blocking MPI collective on the
 // group's own communicator, waited for with a deadline (waitRequest). Ops larger than one
-// MPI call can carry are split (allreduce, broadcast) or refused with a clear error.
+// MPI call can carry (int counts and displacements) are split into chunks.
 #include "backends/mpi/mpi_backend.h"
 
 #include <algorithm>
@@ -104,24 +104,35 @@ class MpiBackend : public Backend, private MpiMember {
     }
   }
 
+  // Fits one call: MPI_Iallgatherv. Else every member broadcasts its block in chunks.
   void allgatherv(const void* in, void* out, const std::vector<int64_t>& counts, DataType dtype,
                   Deadline deadline) override {
     auto start = Clock::now();
     std::string what = begin("allgatherv");
     checkCounts(counts, what);
-    const int64_t esz = dataTypeBytes(dtype);
-    int64_t offset = 0;
+    const int64_t esz = dataTypeBytes(dtype), limit = info_.shared->maxMessageElements();
+    int64_t total = 0, mine = 0;
     for (int r = 0; r < size_; ++r) {
-      recv_counts_[r] = count(counts[r], what);
-      recv_displs_[r] = count(offset, what);
-      offset += counts[r];
+      if (r == rank_) mine = total;
+      total += counts[r];
     }
-    count(offset, what);
-    const void* src = in == at(out, recv_displs_[rank_], esz) ? MPI_IN_PLACE : orEmpty(in);
+    if (total > limit) {
+      if (counts[rank_] > 0 && in != at(out, mine, esz))
+        std::memmove(at(out, mine, esz), in, counts[rank_] * esz);
+      int64_t offset = 0;
+      for (int r = 0; r < size_; offset += counts[r], ++r)
+        broadcastChunks(at(out, offset, esz), counts[r], dtype, r, deadline, start, what);
+      return;
+    }
+    for (int r = 0, offset = 0; r < size_; offset += recv_counts_[r], ++r) {
+      recv_counts_[r] = static_cast<int>(counts[r]);  // total <= limit <= INT_MAX
+      recv_displs_[r] = offset;
+    }
+    const void* src = in == at(out, mine, esz) ? MPI_IN_PLACE : orEmpty(in);
+    MPI_Datatype type = info_.shared->datatype(dtype);
     MPI_Request request = MPI_REQUEST_NULL;
-    check(MPI_Iallgatherv(src, recv_counts_[rank_], info_.shared->datatype(dtype), orEmpty(out),
-                          recv_counts_.data(), recv_displs_.data(),
-                          info_.shared->datatype(dtype), info_.comm, &request),
+    check(MPI_Iallgatherv(src, recv_counts_[rank_], type, orEmpty(out), recv_counts_.data(),
+                          recv_displs_.data(), type, info_.comm, &request),
           "MPI_Iallgatherv", what);
     wait(request, deadline, start, what);
   }
@@ -133,18 +144,11 @@ class MpiBackend : public Backend, private MpiMember {
       throwError(StatusCode::kInvalidArgument, what + ": root must be in [0, " +
                                                    std::to_string(size_) + "), got " +
                                                    std::to_string(root));
-    if (n < 0) count(n, what);
-    const int64_t esz = dataTypeBytes(dtype), chunk = info_.shared->maxMessageElements();
-    for (int64_t off = 0; off < n; off += chunk) {
-      int pieces = static_cast<int>(std::min(chunk, n - off));
-      MPI_Request request = MPI_REQUEST_NULL;
-      check(MPI_Ibcast(at(buf, off, esz), pieces, info_.shared->datatype(dtype), root,
-                       info_.comm, &request),
-            "MPI_Ibcast", what);
-      wait(request, deadline, start, what);
-    }
+    broadcastChunks(buf, n, dtype, root, deadline, start, what);
   }
 
+  // Point-to-point: member i sends send_counts[j] elements to j, in chunks that one MPI
+  // call can carry; both sides know every pair's count, so no count leaves int range.
   void alltoallv(const void* in, const std::vector<int64_t>& send_counts, void* out,
                  const std::vector<int64_t>& recv_counts, DataType dtype,
                  Deadline deadline) override {
@@ -152,13 +156,9 @@ class MpiBackend : public Backend, private MpiMember {
     std::string what = begin("alltoallv");
     checkCounts(send_counts, what);
     checkCounts(recv_counts, what);
-    const int64_t esz = dataTypeBytes(dtype);
+    const int64_t esz = dataTypeBytes(dtype), limit = info_.shared->maxMessageElements();
     int64_t send_total = 0, recv_total = 0;
     for (int r = 0; r < size_; ++r) {
-      send_counts_[r] = count(send_counts[r], what);
-      send_displs_[r] = count(send_total, what);
-      recv_counts_[r] = count(recv_counts[r], what);
-      recv_displs_[r] = count(recv_total, what);
       send_total += send_counts[r];
       recv_total += recv_counts[r];
     }
@@ -169,14 +169,36 @@ class MpiBackend : public Backend, private MpiMember {
       src = staging_.data();
     }
     MPI_Datatype type = info_.shared->datatype(dtype);
-    MPI_Request request = MPI_REQUEST_NULL;
-    check(MPI_Ialltoallv(orEmpty(src), send_counts_.data(), send_displs_.data(), type,
-                         orEmpty(out), recv_counts_.data(), recv_displs_.data(), type,
-                         info_.comm, &request),
-          "MPI_Ialltoallv", what);
-    wait(request, deadline, start, what);
+    requests_.clear();
+    int64_t send_offset = 0, recv_offset = 0;
+    for (int r = 0; r < size_; ++r) {
+      if (r == rank_) {
+        if (recv_counts[r] != send_counts[r])
+          throwError(StatusCode::kInvalidArgument,
+                     what + ": sends " + std::to_string(send_counts[r]) +
+                         " elements to itself but expects " + std::to_string(recv_counts[r]));
+        if (send_counts[r] > 0)
+          std::memcpy(at(out, recv_offset, esz), at(src, send_offset, esz), send_counts[r] * esz);
+      } else {
+        for (int64_t off = 0; off < recv_counts[r]; off += limit)
+          post(MPI_Irecv(at(out, recv_offset + off, esz),
+                         static_cast<int>(std::min(limit, recv_counts[r] - off)), type, r, 0,
+                         info_.comm, next()),
+               "MPI_Irecv", what);
+        for (int64_t off = 0; off < send_counts[r]; off += limit)
+          post(MPI_Isend(at(src, send_offset + off, esz),
+                         static_cast<int>(std::min(limit, send_counts[r] - off)), type, r, 0,
+                         info_.comm, next()),
+               "MPI_Isend", what);
+      }
+      send_offset += send_counts[r];
+      recv_offset += recv_counts[r];
+    }
+    waitRequests(requests_.data(), static_cast<int>(requests_.size()), deadline, start, what,
+                 *info_.poison, *info_.shared);
   }
 
+  // Fits one call: MPI_Ireduce_scatter. Else block r is reduced to member r in chunks.
   void reducescatter(const void* in, void* out, const std::vector<int64_t>& counts,
                      DataType dtype, ReduceOp op, Deadline deadline) override {
     auto start = Clock::now();
@@ -184,13 +206,13 @@ class MpiBackend : public Backend, private MpiMember {
     checkCounts(counts, what);
     MPI_Datatype type = info_.shared->datatype(dtype);
     MPI_Op mpi_op = info_.shared->reduceOp(dtype, op);
-    const int64_t esz = dataTypeBytes(dtype);
+    const int64_t esz = dataTypeBytes(dtype), limit = info_.shared->maxMessageElements();
     int64_t total = 0;
     for (int r = 0; r < size_; ++r) {
-      recv_counts_[r] = count(counts[r], what);
       total += counts[r];
     }
-    count(total, what);
+    if (total > limit) return reduceBlocks(in, out, counts, dtype, op, deadline, start, what);
+    for (int r = 0; r < size_; ++r) recv_counts_[r] = static_cast<int>(counts[r]);
     const int64_t mine = counts[rank_] * esz;
     // out == in: MPI_IN_PLACE (block rank_ lands at the start); other aliasing: stage.
     const void* src = in == out ? MPI_IN_PLACE : orEmpty(in);
@@ -226,13 +248,69 @@ class MpiBackend : public Backend, private MpiMember {
       throwError(StatusCode::kInvalidArgument,
                  what + ": expected one count per member (" + std::to_string(size_) +
                      "), got " + std::to_string(counts.size()));
+    for (int64_t c : counts)
+      if (c < 0)
+        throwError(StatusCode::kInvalidArgument,
+                   what + ": counts must be >= 0, got " + std::to_string(c));
   }
   void growStaging(int64_t bytes) {
     if (static_cast<int64_t>(staging_.size()) < bytes) staging_.resize(bytes);
   }
+  MPI_Request* next() {
+    requests_.push_back(MPI_REQUEST_NULL);
+    return &requests_.back();
+  }
+  // Checks the return code of a call that posted requests_.back(); on failure the requests
+  // already posted are abandoned (they reference the caller's memory).
+  void post(int rc, const char* call, const std::string& what) {
+    if (rc == MPI_SUCCESS) return;
+    requests_.pop_back();
+    for (MPI_Request request : requests_) info_.shared->abandon(request);
+    requests_.clear();
+    check(rc, call, what);
+  }
 
-  std::vector<int> send_counts_ = std::vector<int>(size_), send_displs_ = std::vector<int>(size_);
+  void broadcastChunks(void* buf, int64_t n, DataType dtype, int root, Deadline deadline,
+                       Clock::time_point start, const std::string& what) {
+    if (n < 0) count(n, what);
+    const int64_t esz = dataTypeBytes(dtype), chunk = info_.shared->maxMessageElements();
+    for (int64_t off = 0; off < n; off += chunk) {
+      MPI_Request request = MPI_REQUEST_NULL;
+      check(MPI_Ibcast(at(buf, off, esz), static_cast<int>(std::min(chunk, n - off)),
+                       info_.shared->datatype(dtype), root, info_.comm, &request),
+            "MPI_Ibcast", what);
+      wait(request, deadline, start, what);
+    }
+  }
+
+  // Reducescatter too large for one call: for each member r in order, chunks of block r are
+  // reduced to r through a staging buffer of at most kStagingBytes, then copied to `out`.
+  // Blocks are done in member order, so out == in works: writing block r's result over the
+  // start of `in` only touches input that blocks < r already consumed.
+  void reduceBlocks(const void* in, void* out, const std::vector<int64_t>& counts,
+                    DataType dtype, ReduceOp op, Deadline deadline, Clock::time_point start,
+                    const std::string& what) {
+    constexpr int64_t kStagingBytes = 16 << 20;
+    const int64_t esz = dataTypeBytes(dtype);
+    const int64_t chunk = std::min(info_.shared->maxMessageElements(), kStagingBytes / esz);
+    MPI_Datatype type = info_.shared->datatype(dtype);
+    MPI_Op mpi_op = info_.shared->reduceOp(dtype, op);
+    if (counts[rank_] > 0) growStaging(std::min(counts[rank_], chunk) * esz);
+    int64_t offset = 0;
+    for (int r = 0; r < size_; offset += counts[r], ++r)
+      for (int64_t off = 0; off < counts[r]; off += chunk) {
+        const int64_t n = std::min(chunk, counts[r] - off);
+        MPI_Request request = MPI_REQUEST_NULL;
+        check(MPI_Ireduce(at(in, offset + off, esz), r == rank_ ? staging_.data() : nullptr,
+                          static_cast<int>(n), type, mpi_op, r, info_.comm, &request),
+              "MPI_Ireduce", what);
+        wait(request, deadline, start, what);
+        if (r == rank_) std::memcpy(at(out, off, esz), staging_.data(), n * esz);
+      }
+  }
+
   std::vector<int> recv_counts_ = std::vector<int>(size_), recv_displs_ = std::vector<int>(size_);
+  std::vector<MPI_Request> requests_;
   std::vector<uint8_t> staging_;  // grows, never shrinks: no large allocation per op
 };
 

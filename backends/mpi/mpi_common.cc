@@ -149,20 +149,25 @@ std::string MpiWhere::operator()(const char* op) const {
          std::to_string(id) + " (" + members + ")";
 }
 
-void waitRequest(MPI_Request& request, Deadline deadline, Clock::time_point start,
-                 const std::string& what, MpiPoison& poison, MpiShared& shared) {
+void waitRequests(MPI_Request* requests, int count, Deadline deadline, Clock::time_point start,
+                  const std::string& what, MpiPoison& poison, MpiShared& shared) {
   using std::chrono::microseconds;
+  auto abandonAll = [&] {
+    for (int i = 0; i < count; ++i)
+      if (requests[i] != MPI_REQUEST_NULL) shared.abandon(requests[i]);
+  };
+  const auto waiting_since = Clock::now();
   microseconds nap(10);
   for (;;) {
     int done = 0;
-    int rc = MPI_Test(&request, &done, MPI_STATUS_IGNORE);
+    int rc = MPI_Testall(count, requests, &done, MPI_STATUSES_IGNORE);
     if (rc != MPI_SUCCESS) {
-      shared.abandon(request);
-      checkMpi(rc, "MPI_Test", what);
+      abandonAll();
+      checkMpi(rc, "MPI_Testall", what);
     }
     if (done) return;
     if (poison.poisoned()) {
-      shared.abandon(request);
+      abandonAll();
       poison.throwIfPoisoned();
     }
     auto now = Clock::now();
@@ -170,12 +175,12 @@ void waitRequest(MPI_Request& request, Deadline deadline, Clock::time_point star
       char seconds[32];
       std::snprintf(seconds, sizeof(seconds), "%.1f",
                     std::chrono::duration<double>(deadline - start).count());
-      shared.abandon(request);
+      abandonAll();
       poison.poison(StatusCode::kTimeout, what + ": timed out after " + seconds +
                                               " s waiting for the other members");
       poison.throwIfPoisoned();
     }
-    auto waited = now - start;
+    auto waited = now - waiting_since;
     if (waited < microseconds(30)) continue;
     if (waited < microseconds(200)) {
       sched_yield();
@@ -184,6 +189,11 @@ void waitRequest(MPI_Request& request, Deadline deadline, Clock::time_point star
     std::this_thread::sleep_for(nap);
     nap = std::min(nap * 2, microseconds(200));
   }
+}
+
+void waitRequest(MPI_Request& request, Deadline deadline, Clock::time_point start,
+                 const std::string& what, MpiPoison& poison, MpiShared& shared) {
+  waitRequests(&request, 1, deadline, start, what, poison, shared);
 }
 
 int checkedCount(int64_t count, int64_t limit, const std::string& what) {

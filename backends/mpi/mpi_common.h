@@ -83,6 +83,9 @@ struct MpiWhere {
 // timeout) and throws.
 void waitRequest(MPI_Request& request, Deadline deadline, Clock::time_point start,
                  const std::string& what, MpiPoison& poison, MpiShared& shared);
+// The same for every request of an array (completed ones become MPI_REQUEST_NULL).
+void waitRequests(MPI_Request* requests, int count, Deadline deadline, Clock::time_point start,
+                  const std::string& what, MpiPoison& poison, MpiShared& shared);
 
 // count as int for an MPI call, or Error(kUnsupported) naming the op and the limit.
 int checkedCount(int64_t count, int64_t limit, const std::string& what);

@@ -89,6 +89,13 @@ def check_build(lib_dir):
     built = {name: bool(info.get(name)) for name in ("mpi", "gloo", "nccl", "torch")}
     source = "build configuration"
     library = info.get("library")
+    if library and not os.path.exists(library):
+        # Installed under another prefix than configured: look next to share/tutti.
+        import glob
+        prefix = os.path.normpath(os.path.join(lib_dir, "..", "..", ".."))
+        found = sorted(glob.glob(os.path.join(prefix, "lib*", "libtutti.so*")) +
+                       glob.glob(os.path.join(prefix, "lib*", "*", "libtutti.so*")))
+        library = found[0] if found else None
     if library and os.path.exists(library):
         try:  # the library's own answer wins over the configure-time record
             import ctypes

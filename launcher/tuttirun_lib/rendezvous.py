@@ -65,7 +65,7 @@ class RendezvousServer:
     """Threaded KV server. Thread-safe; start() returns the bound port; stop() closes it."""
 
     def __init__(self, secret, host="127.0.0.1", port=0, message_timeout=30.0,
-                 idle_timeout=3600.0, max_connections=4096):
+                 idle_timeout=3600.0, max_connections=4096, max_inflight_bytes=256 << 20):
         if len(secret) < 16:
             raise ValueError("rendezvous secret must be at least 16 bytes")
         self.secret = secret
@@ -75,6 +75,10 @@ class RendezvousServer:
         self._store = {}
         self._cond = threading.Condition()
         self._slots = threading.BoundedSemaphore(max_connections)
+        # Bytes of requests being read and not yet authenticated, over all connections.
+        self._budget_lock = threading.Lock()
+        self._inflight = 0
+        self._max_inflight = max_inflight_bytes
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self._listener = socket.socket(family, socket.SOCK_STREAM)
         self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -84,6 +88,7 @@ class RendezvousServer:
         self._stopped = False
         self._thread = None
         self.rejected = 0  # requests refused (malformed, oversized, unauthenticated)
+        self.last_error = None
 
     def start(self):
         self._thread = threading.Thread(target=self._accept_loop, name="tutti-rendezvous",
@@ -142,7 +147,14 @@ class RendezvousServer:
                                         "request too large: key %d bytes (max %d), value %d "
                                         "bytes (max %d)" % (key_len, MAX_KEY, value_len,
                                                             MAX_VALUE))
-                body = _recv_exact(conn, key_len + value_len + MAC_BYTES, deadline)
+                need = key_len + value_len + MAC_BYTES
+                if not self._reserve(need):
+                    return self._refuse(conn, nonce, req_seq, BAD_REQUEST,
+                                        "server busy: too many large requests in flight")
+                try:
+                    body = _recv_exact(conn, need, deadline)
+                finally:
+                    self._release(need)
                 key, value = body[:key_len], body[key_len:key_len + value_len]
                 expect = _mac(self.secret, b"tutti-rdzv-req", nonce, header, key, value)
                 if not hmac.compare_digest(expect, body[-MAC_BYTES:]):
@@ -160,9 +172,23 @@ class RendezvousServer:
                 self._respond(conn, nonce, seq, status, payload)
         except (OSError, ConnectionError, struct.error):
             pass  # timeouts and resets end this connection only
+        except Exception as e:  # never let one connection take the server down
+            self.rejected += 1
+            self.last_error = repr(e)
         finally:
             conn.close()
             self._slots.release()
+
+    def _reserve(self, nbytes):
+        with self._budget_lock:
+            if self._inflight + nbytes > self._max_inflight and self._inflight > 0:
+                return False
+            self._inflight += nbytes
+            return True
+
+    def _release(self, nbytes):
+        with self._budget_lock:
+            self._inflight -= nbytes
 
     def _refuse(self, conn, nonce, seq, status, message):
         self.rejected += 1

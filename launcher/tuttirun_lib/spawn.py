@@ -86,12 +86,16 @@ def remote_command(host, command, env, cwd, secret, ssh_port=None, ssh_identity=
     `env` must not contain the secret: it travels on stdin."""
     assert SECRET_ENV not in env
     assignments = " ".join(shlex.quote("%s=%s" % kv) for kv in sorted(env.items()))
+    # sh runs background jobs with stdin from /dev/null, so the watchdog reads a copy of
+    # ssh's stdin (fd 3) and kills the worker's session when it closes.
     script = (
         "IFS= read -r %s || exit 126; export %s; "
         "cd %s || exit 126; "
-        "setsid env %s %s </dev/null & pid=$!; "
-        "( cat >/dev/null; kill -TERM -- -$pid; sleep 3; kill -KILL -- -$pid ) "
-        ">/dev/null 2>&1 & watchdog=$!; "
+        "exec 3<&0; "
+        "setsid env %s %s </dev/null 3<&- & pid=$!; "
+        "( while IFS= read -r _ <&3; do :; done; kill -s TERM -- -$pid; sleep 3; "
+        "kill -s KILL -- -$pid ) >/dev/null 2>&1 & watchdog=$!; "
+        "exec 3<&-; "
         "wait $pid; rc=$?; kill $watchdog 2>/dev/null; exit $rc"
         % (SECRET_ENV, SECRET_ENV, shlex.quote(cwd), assignments,
            " ".join(shlex.quote(a) for a in command)))

@@ -5,6 +5,8 @@
 //  dead-peer rank 2 exits; ranks 0 and 1 fail long before their 60 s deadline.
 //  abort     rank 0 aborts: its next call fails at once with kAborted naming the reason;
 //            the others fail fast.
+//  abort-blocked  ranks 1 and 2 block on an allreduce rank 0 skips; another thread's
+//            abort() wakes them long before their deadline.
 //  auth      a rendezvous client with a wrong secret is refused; the right one works (SET,
 //            GET, WAIT, ADD across ranks).
 #include "backends/gloo/gloo_transport.h"
@@ -149,8 +151,25 @@ int main(int argc, char** argv) {
             }, &code, &message, &seconds))
           c.check(seconds < 20, "peers of an aborted rank fail fast");
       }
+    } else if (mode == "abort-blocked") {
+      // abort() from another thread wakes an operation blocked on a missing peer.
+      if (rank == 0) {
+        std::this_thread::sleep_for(std::chrono::seconds(4));
+      } else {
+        std::thread aborter([&] {
+          std::this_thread::sleep_for(std::chrono::seconds(1));
+          be->abort("aborted from another thread");
+        });
+        if (expectError(c, "blocked allreduce, then abort", [&] {
+              be->allreduce(data.data(), data.data(), 1001, DataType::kFloat32,
+                            ReduceOp::kSum, deadlineAfter(30));
+            }, &code, &message, &seconds))
+          c.check(seconds < 10, "abort wakes a blocked operation");
+        aborter.join();
+      }
     } else {
-      std::fprintf(stderr, "usage: gloo_failure_test timeout|dead-peer|abort|auth\n");
+      std::fprintf(stderr, "usage: gloo_failure_test timeout|dead-peer|abort|abort-blocked|"
+                           "auth\n");
       return 2;
     }
   } catch (const Error& e) {

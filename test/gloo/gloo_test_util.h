@@ -7,6 +7,7 @@
 #include "core/config.h"
 #include "core/reduce.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>

@@ -139,6 +139,23 @@ class RendezvousTest(unittest.TestCase):
         self.assertTrue(self.closed(s))
         self.assertLess(time.monotonic() - start, 4)  # message_timeout is 1 s
 
+    def test_memory_budget_for_unauthenticated_bytes(self):
+        self.server.stop()
+        self.server = rv.RendezvousServer(SECRET, message_timeout=1.0,
+                                          max_inflight_bytes=1 << 20)
+        self.port = self.server.start()
+        hog = self.raw()  # claims 1 MiB, sends none of it: holds the whole budget
+        hog.sendall(rv.REQUEST.pack(b"TUTQ", rv.OP_SET, 1, 0, 1, (1 << 20) - 100))
+        time.sleep(0.2)
+        second = self.raw()
+        second.sendall(rv.REQUEST.pack(b"TUTQ", rv.OP_SET, 1, 0, 1, 512 << 10))
+        status = rv.RESPONSE.unpack(second.recv(rv.RESPONSE.size))[1]
+        self.assertEqual(status, rv.BAD_REQUEST)
+        self.assertTrue(self.closed(hog))  # its 1 s message deadline frees the budget
+        c = self.client()
+        c.set(b"big", b"x" * (512 << 10))
+        self.assertEqual(len(c.get(b"big")), 512 << 10)
+
     def test_garbage_and_bad_wait_list(self):
         for junk in (os.urandom(100), b"\xff" * 32, b""):
             s = self.raw()

@@ -86,6 +86,18 @@ class EnvironmentTest(unittest.TestCase):
         self.assertEqual(got, [("0", "2", "0", "2"), ("1", "2", "0", "2"),
                                ("0", "2", "1", "2"), ("1", "2", "1", "2")])
 
+    def test_hostfile_end_to_end(self):
+        with tempfile.NamedTemporaryFile("w", suffix=".hosts", delete=False) as f:
+            f.write("# two local names\nlocalhost slots=1\n127.0.0.1 slots=2\n")
+        try:
+            r = run(["-np", "3", "--hostfile", f.name, PYTHON, WORKER, "env"])
+        finally:
+            os.unlink(f.name)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        seen = {k: json.loads(v[0]) for k, v in lines_by_rank(r.stdout).items()}
+        self.assertEqual([(seen[k]["TUTTI_LOCAL_RANK"], seen[k]["TUTTI_LOCAL_SIZE"])
+                          for k in range(3)], [("0", "1"), ("0", "2"), ("1", "2")])
+
     def test_too_few_slots_and_bad_arguments(self):
         r = run(["-np", "5", "-H", "localhost:2,127.0.0.1:2", "true"])
         self.assertEqual(r.returncode, 2)
@@ -154,12 +166,19 @@ class HostParsingTest(unittest.TestCase):
         self.assertIn("'X=a b'", script)
         self.assertIn("'0.1 x'", script)
         self.assertIn("cd '/work dir'", script)
-        # The script itself works: run it with sh locally, secret on stdin.
-        r = subprocess.run(["sh", "-c", script.replace("cd '/work dir'", "cd /").replace(
+        # The script itself works: run it with sh locally, secret on stdin, which stays open
+        # while the worker runs (closing it is how tuttirun stops a remote worker).
+        proc = subprocess.Popen(["sh", "-c", script.replace("cd '/work dir'", "cd /").replace(
             shlex.quote(PYTHON) + " train.py --lr '0.1 x'",
-            "sh -c 'echo $TUTTI_SECRET $TUTTI_RANK'")], input=stdin, capture_output=True,
-            timeout=30)
-        self.assertEqual(r.stdout.decode().split(), [secret, "3"])
+            "sh -c 'echo $TUTTI_SECRET $TUTTI_RANK'")], stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE)
+        proc.stdin.write(stdin)
+        proc.stdin.flush()
+        out = proc.stdout.read()
+        proc.stdin.close()
+        proc.stdout.close()
+        self.assertEqual(proc.wait(timeout=30), 0)
+        self.assertEqual(out.decode().split(), [secret, "3"])
 
 
 class TeardownTest(unittest.TestCase):
@@ -256,6 +275,67 @@ class OutputTest(unittest.TestCase):
                 with open(os.path.join(d, "rank.%d" % rank, "stderr")) as f:
                     self.assertEqual(f.read().split(), ["err-%d-%d" % (rank, i)
                                                         for i in (0, 10)])
+
+
+FAKE_SSH_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fake_ssh")
+
+
+class RemoteTest(unittest.TestCase):
+    """Remote hosts through fake_ssh/ssh, which runs the remote command here with a clean
+    environment in its own session, as sshd would."""
+
+    def setUp(self):
+        self.log = tempfile.NamedTemporaryFile(delete=False)
+        self.log.close()
+        self.env = dict(os.environ, PATH=FAKE_SSH_DIR + os.pathsep + os.environ["PATH"],
+                        FAKE_SSH_LOG=self.log.name, X_NOT_PASSED="1", X_PASSED="yes")
+        self.hosts = ["-H", "fakehost-a:2,fakehost-b:1", "--network-interface", "lo"]
+
+    def tearDown(self):
+        os.unlink(self.log.name)
+
+    def test_remote_environment_and_secret_via_stdin(self):
+        r = run(self.hosts + ["-np", "3", "-x", "X_PASSED", "--ssh-port", "2222", PYTHON,
+                              WORKER, "env"], env=self.env)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        seen = {k: json.loads(v[0]) for k, v in lines_by_rank(r.stdout).items()}
+        self.assertEqual(sorted(seen), [0, 1, 2])
+        secret = seen[0]["TUTTI_SECRET"]
+        self.assertRegex(secret, r"^[0-9a-f]{64}$")
+        for rank, e in seen.items():
+            self.assertEqual(e["TUTTI_RANK"], str(rank))
+            self.assertEqual(e["TUTTI_SECRET"], secret)
+            self.assertEqual(e["TUTTI_RENDEZVOUS_ADDR"], "127.0.0.1")
+            self.assertEqual(e["TUTTI_GLOO_IFACE"], "lo")
+            self.assertEqual(e["X_PASSED"], "yes")
+            self.assertNotIn("X_NOT_PASSED", e)  # the remote side starts clean
+            self.assertFalse(e["secret_on_cmdline"])
+        self.assertEqual([e["TUTTI_LOCAL_RANK"] for _, e in sorted(seen.items())],
+                         ["0", "1", "0"])
+        with open(self.log.name) as f:
+            ssh_lines = f.read().splitlines()
+        self.assertEqual(len(ssh_lines), 3)
+        for line in ssh_lines:
+            self.assertNotIn(secret, line)
+            self.assertIn("-p 2222", line)
+            self.assertIn("TUTTI_RANK=", line)
+
+    def test_remote_failure_and_teardown(self):
+        r = run(self.hosts + ["-np", "3", PYTHON, WORKER, "fail", "2", "4"], env=self.env)
+        self.assertEqual(r.returncode, 4)
+        self.assertRegex(r.stderr, r"rank 2 \(pid \d+ on fakehost-b\) exited with code 4")
+        TeardownTest.assert_all_dead(self, pids_in(r.stdout))
+
+    def test_ctrl_c_stops_remote_workers(self):
+        proc = subprocess.Popen([PYTHON, TUTTIRUN] + self.hosts + ["-np", "3", PYTHON,
+                                                                   WORKER, "sleep"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env=self.env)
+        pids = TeardownTest.wait_for_pids(self, proc, 3)
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=30)
+        self.assertEqual(proc.returncode, 128 + signal.SIGINT)
+        TeardownTest.assert_all_dead(self, pids)
 
 
 class MpiAndBuildTest(unittest.TestCase):

@@ -54,3 +54,37 @@ TEST_CASE("the fusion buffer grows and is reused") {
   buffer.reserve(1 << 20);
   CHECK(buffer.capacity() >= (1u << 20));
 }
+
+#include "core/response_cache.h"
+
+TEST_CASE("the response cache keys on what the ranks agreed on, with deterministic LRU") {
+  ResponseCache cache(2);
+  Request a;
+  a.name = "a";
+  a.shape = {4};
+  Response ra;
+  ra.names = {"a"};
+  cache.put(a, ra);
+  CHECK(cache.lookup(a) >= 0);
+  Request other_root = a;
+  other_root.root = 3;  // ignored by allreduce: still a hit
+  CHECK(cache.lookup(other_root) == cache.lookup(a));
+  Request other_shape = a;
+  other_shape.shape = {5};
+  CHECK(cache.lookup(other_shape) == -1);
+  Request grouped = a;
+  grouped.group = "g";
+  CHECK(cache.lookup(grouped) == -1);
+  Request b = a, c = a;
+  b.name = "b";
+  c.name = "c";
+  cache.put(b, ra);
+  cache.touch(cache.lookup(a));  // a is now more recent than b
+  cache.put(c, ra);              // evicts b
+  CHECK(cache.lookup(a) >= 0);
+  CHECK(cache.lookup(b) == -1);
+  CHECK(cache.lookup(c) >= 0);
+  ResponseCache off(0);
+  off.put(a, ra);
+  CHECK(off.lookup(a) == -1);
+}

@@ -165,3 +165,29 @@ TEST_CASE("wait with a short timeout keeps the handle; one rank's shutdown stops
   }, failures);
   CHECK(failures.summary() == "0 failure(s)");
 }
+
+TEST_CASE("the response cache: repeats, a changed shape under a cached name, eviction") {
+  for (int64_t capacity : {0, 2, 1024}) {
+    Failures failures;
+    runRanks(3, [](RankContext& c) {
+      for (int step = 0; step < 30; ++step) {
+        // Five names cycling through a cache of two slots: hits, misses and evictions.
+        std::string name = "w" + std::to_string(step % 5);
+        std::vector<float> x(4 + step % 5, static_cast<float>(c.rank + step));
+        c.expectOk(runOne(c.rt, makeTestEntry(OpType::kAllreduce, name, {static_cast<int64_t>(x.size())},
+                                              DataType::kFloat32, x.data(), x.data())), name);
+        float expected = static_cast<float>(3 * step + 3);
+        if (x.back() != expected) c.fail(name + " step " + std::to_string(step) + ": " + std::to_string(x.back()));
+      }
+      // Same name, a different shape on one rank: an error, not a hang on a stale hit.
+      std::vector<float> y(6, 1.0f);
+      int64_t n = c.rank == 2 ? 5 : 4;
+      Status s = runOne(c.rt, makeTestEntry(OpType::kAllreduce, "w0", {n}, DataType::kFloat32, y.data(), y.data()));
+      if (s.code() != StatusCode::kMismatch) c.fail("changed shape under a cached name: " + s.message());
+      c.expectOk(runOne(c.rt, makeTestEntry(OpType::kAllreduce, "w0", {4}, DataType::kFloat32, y.data(), y.data())), "w0 again");
+      if (y[0] != 3.0f) c.fail("w0 again: " + std::to_string(y[0]));
+    }, failures, [capacity](Config& config) { config.cache_capacity = capacity; });
+    INFO("cache capacity " << capacity);
+    CHECK(failures.summary() == "0 failure(s)");
+  }
+}

@@ -1,0 +1,72 @@
+// Command line of tutti-bench: nccl-tests' flags and meanings, plus Tutti's workloads.
+// Parsing is pure (no I/O, no runtime) so that test/bench can check it without processes.
+#pragma once
+
+#include <tutti/tutti.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tutti {
+namespace bench {
+
+enum class Workload {
+  kAllreduce,
+  kAllgather,
+  kBroadcast,
+  kAlltoall,
+  kReducescatter,
+  kFusion,
+  kLatency,
+};
+
+// How per-rank times are combined into the reported one (nccl-tests' -a).
+enum class TimeCombine : int { kRank0 = 0, kAverage = 1, kMin = 2, kMax = 3 };
+
+struct Options {
+  Workload workload = Workload::kAllreduce;
+  int64_t min_bytes = 32ll << 20;  // -b
+  int64_t max_bytes = 32ll << 20;  // -e
+  double step_factor = 2.0;        // -f (used when step_bytes == 0)
+  int64_t step_bytes = 0;          // -i
+  int iters = 20;                  // -n
+  int warmup_iters = 5;            // -w
+  bool check = true;               // -c
+  DataType dtype = DataType::kFloat32;  // -d
+  ReduceOp op = ReduceOp::kSum;         // -o
+  int root = 0;                         // -r
+  TimeCombine combine = TimeCombine::kAverage;  // -a
+  bool baseline = false;                        // --baseline
+  std::string baseline_backend;  // --baseline-backend mpi|gloo; empty = Tutti's CPU backend
+  std::string json_path;                        // --json
+  // fusion: --tensors/--tensor-bytes replace the two default configurations.
+  std::vector<std::pair<int, int64_t>> fusion_configs;
+  bool help = false;
+  std::vector<std::string> argv;  // the command as given, for the JSON metadata
+};
+
+// "8", "1K", "256k", "16M", "1G" (powers of 1024, like nccl-tests). Throws Error naming
+// the flag and the text on anything else (negative, empty, junk suffix, overflow).
+int64_t parseSize(const std::string& text, const std::string& flag);
+// nccl-tests names (float, half, bfloat16, double, int32, int8, uint8, int64, ...) and
+// Tutti's (float32, float16, bf16, bool, ...).
+DataType parseDataType(const std::string& text);
+// sum, prod, min, max, avg (nccl-tests) and product, average (Tutti).
+ReduceOp parseReduceOp(const std::string& text);
+Workload parseWorkload(const std::string& text);
+
+const char* workloadName(Workload workload);
+// nccl-tests' names for the table: float, half, bfloat16, double, int32, ...
+const char* ncclTypeName(DataType dtype);
+const char* ncclOpName(ReduceOp op);  // sum, prod, min, max, avg
+
+// Parses argv[1..]; throws Error(kInvalidArgument) with the offending flag and value.
+Options parseOptions(int argc, const char* const* argv);
+std::string usage();
+
+// The sizes swept from min to max: times `factor` or plus `increment` (nccl-tests' rule).
+std::vector<int64_t> sweepSizes(const Options& options);
+
+}  // namespace bench
+}  // namespace tutti

@@ -1,0 +1,104 @@
+// tutti-bench's output: nccl-tests' table on stdout (rank 0), printed row by row as sizes
+// finish, and the same rows as one JSON document (--json). Not thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+namespace tutti {
+namespace bench {
+
+// One of a row's two halves (out-of-place, in-place).
+struct ModeResult {
+  bool present = false;  // false: Tutti's API has no such mode for this collective (N/A)
+  double time_us = 0, algbw = 0, busbw = 0;
+  int64_t wrong = -1;  // -1: not checked (-c 0)
+  bool has_baseline = false;
+  double base_time_us = 0, base_busbw = 0;
+  int64_t base_wrong = -1;
+};
+
+struct SweepRow {
+  int64_t bytes = 0;  // nccl-tests' size column: the larger of the send and receive buffers
+  int64_t count = 0;  // elements per rank argument (nccl-tests' count column)
+  std::string type, redop;
+  int root = -1;
+  ModeResult out_of_place, in_place;
+};
+
+struct FusionRow {
+  int tensors = 0;
+  int64_t tensor_bytes = 0;
+  double tutti_us = 0;          // one step: all enqueued, then all waited
+  double tutti_grouped_us = 0;  // the same tensors as one groupedAllreduce
+  bool has_baseline = false;
+  double per_tensor_us = 0;  // bare backend, one call per tensor
+  double packed_us = 0;      // bare backend, pack + one call + unpack
+  int64_t wrong = -1;
+};
+
+struct LatencyStats {
+  double median_us = 0, p99_us = 0, max_us = 0;
+};
+
+struct LatencyRow {
+  int64_t bytes = 0;
+  LatencyStats tutti;
+  bool has_baseline = false;
+  LatencyStats baseline;
+  int64_t wrong = -1;
+};
+
+struct Metadata {
+  std::string command, workload, backend, baseline, date, hostname, cpu_model;
+  int ranks = 1, cores = 0;
+  std::string dtype, op, combine;
+  int iters = 0, warmup_iters = 0;
+  bool check = true;
+};
+
+// busbw / algbw for a collective over n ranks (nccl-tests' factors).
+double busBandwidthFactor(const std::string& collective, int nranks);
+// "12.34", "1234.5", "123456": at most 8 characters, like nccl-tests' time column.
+std::string formatTime(double us);
+// Host name, /proc/cpuinfo model, cores and the UTC date, for the metadata.
+void fillMachine(Metadata* meta);
+// Median, 99th percentile and maximum of `samples` (sorted in place).
+LatencyStats latencyStats(std::vector<double>* samples);
+
+class Report {
+ public:
+  // `out` null: collect rows only (ranks other than 0).
+  Report(Metadata meta, FILE* out);
+
+  void beginSweep(bool with_baseline);
+  void addSweepRow(const SweepRow& row);
+  void beginFusion(bool with_baseline);
+  void addFusionRow(const FusionRow& row);
+  void beginLatency(bool with_baseline);
+  void addLatencyRow(const LatencyRow& row);
+  // Prints the "# Out of bounds values" and "# Avg bus bandwidth" trailer.
+  void finish(int64_t total_wrong);
+
+  double averageBusBandwidth() const;
+  std::string json() const;
+  // Throws Error(kInvalidArgument) naming the path when it cannot be written.
+  void writeJson(const std::string& path) const;
+
+ private:
+  void print(const char* fmt, ...) const __attribute__((format(printf, 2, 3)));
+  void printMode(const ModeResult& m) const;
+
+  Metadata meta_;
+  FILE* out_;
+  bool with_baseline_ = false;
+  int64_t total_wrong_ = 0;
+  std::vector<SweepRow> sweep_;
+  std::vector<FusionRow> fusion_;
+  std::vector<LatencyRow> latency_;
+};
+
+}  // namespace bench
+}  // namespace tutti

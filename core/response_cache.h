@@ -1,0 +1,45 @@
+// The response cache of one process set: responses agreed before, keyed by everything the
+// agreement depended on, so that a repeat (the same gradient next step) needs no gather and
+// no broadcast, only its bit in the round's AND-allreduce.
+//
+// Identical on every member by construction: it changes only at the end of a round, in the
+// round's agreed order (hits in slot order, then new responses in response order), with a
+// deterministic LRU clock. Not thread-safe (background thread only).
+#pragma once
+
+#include "core/message.h"
+
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace tutti {
+
+class ResponseCache {
+ public:
+  explicit ResponseCache(int64_t capacity) : slots_(static_cast<size_t>(capacity)) {}
+  int64_t capacity() const { return static_cast<int64_t>(slots_.size()); }
+
+  // Allreduce, broadcast and reducescatter outside groups: ops whose response follows from
+  // one rank's request once the ranks are known to agree.
+  static bool cacheable(const Request& q);
+  // The slot holding a response for exactly this request, or -1.
+  int lookup(const Request& q) const;
+  const Response& response(int slot) const { return slots_[slot].response; }
+  void touch(int slot) { slots_[slot].last_used = ++clock_; }
+  // Stores `r` (agreed for `q`), replacing the least recently used entry when full.
+  void put(const Request& q, const Response& r);
+
+ private:
+  static std::string key(const Request& q);
+  struct Slot {
+    std::string key;
+    Response response;
+    uint64_t last_used = 0;
+  };
+  std::vector<Slot> slots_;
+  std::unordered_map<std::string, int> index_;
+  uint64_t clock_ = 0;
+};
+
+}  // namespace tutti
