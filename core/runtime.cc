@@ -4,6 +4,8 @@
 #include "core/logging.h"
 #include "core/validation.h"
 
+#include <sys/prctl.h>
+
 #include <algorithm>
 
 namespace tutti {
@@ -206,10 +208,20 @@ bool Runtime::busy() const {
 }
 
 void Runtime::loop() {
+  // Sleeps in the backends' wait loops are short; the default 50 us timer slack would
+  // stretch every one of them.
+  prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
   const auto base = std::chrono::duration<double, std::milli>(std::max(config_.cycle_time_ms, 0.05));
   auto idle = base;
   bool had_work = false;
   while (true) {
+    if (had_work) {
+      // Right after work the next op is often microseconds away (a training step's next
+      // gradient, a latency loop): watch for it a little before paying for a futex sleep.
+      auto until = Clock::now() + std::chrono::microseconds(50);
+      while (!work_pending_.load(std::memory_order_acquire) && Clock::now() < until)
+        std::this_thread::yield();
+    }
     {
       std::unique_lock<std::mutex> lock(wake_mu_);
       if (!work_pending_ && !shutdown_requested_ && !(had_work && busy())) {

@@ -93,7 +93,7 @@ class Runtime {
 
   std::mutex wake_mu_;
   std::condition_variable wake_cv_;
-  bool work_pending_ = false;
+  std::atomic<bool> work_pending_{false};  // written under wake_mu_, read without it too
   bool shutdown_requested_ = false;
 
   mutable std::mutex status_mu_;
