@@ -123,11 +123,12 @@ Status Runtime::submit(int process_set, std::vector<TensorEntry> entries, Callba
   }
   if (timeline_)
     for (const auto& name : names) timeline_->begin(name, "NEGOTIATE");
-  {
+  // The background thread is woken (a futex call) only when it sleeps: a burst of
+  // submissions while it runs or watches costs no system call.
+  if (!work_pending_.exchange(true) && sleeping_.load()) {  // seq_cst: pairs with loop()
     std::lock_guard<std::mutex> lock(wake_mu_);
-    work_pending_ = true;
+    wake_cv_.notify_one();
   }
-  wake_cv_.notify_one();
   *handle = state->id;
   return Status::OK();
 }
@@ -226,7 +227,9 @@ void Runtime::loop() {
       std::unique_lock<std::mutex> lock(wake_mu_);
       if (!work_pending_ && !shutdown_requested_ && !(had_work && busy())) {
         auto wait_for = busy() ? base : idle;
+        sleeping_ = true;
         wake_cv_.wait_for(lock, wait_for, [this] { return work_pending_ || shutdown_requested_; });
+        sleeping_ = false;
       }
       work_pending_ = false;
     }

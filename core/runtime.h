@@ -93,7 +93,8 @@ class Runtime {
 
   std::mutex wake_mu_;
   std::condition_variable wake_cv_;
-  std::atomic<bool> work_pending_{false};  // written under wake_mu_, read without it too
+  std::atomic<bool> work_pending_{false};
+  std::atomic<bool> sleeping_{false};  // the background thread waits on wake_cv_ (under wake_mu_)
   bool shutdown_requested_ = false;
 
   mutable std::mutex status_mu_;

@@ -157,7 +157,7 @@ void waitRequests(MPI_Request* requests, int count, Deadline deadline, Clock::ti
       if (requests[i] != MPI_REQUEST_NULL) shared.abandon(requests[i]);
   };
   const auto waiting_since = Clock::now();
-  microseconds nap(10);
+  microseconds nap(5);
   for (;;) {
     int done = 0;
     int rc = MPI_Testall(count, requests, &done, MPI_STATUSES_IGNORE);
@@ -180,14 +180,17 @@ void waitRequests(MPI_Request* requests, int count, Deadline deadline, Clock::ti
                                               " s waiting for the other members");
       poison.throwIfPoisoned();
     }
+    // Spin, then yield (ranks may share cores), then nap: briefly, since a long nap turns
+    // into a fixed tax on every op once peers fall into step with it. Naps grow only after
+    // a long wait (a peer computing), to at most 100 us.
     auto waited = now - waiting_since;
     if (waited < microseconds(30)) continue;
-    if (waited < microseconds(200)) {
+    if (waited < microseconds(2000)) {
       sched_yield();
       continue;
     }
     std::this_thread::sleep_for(nap);
-    nap = std::min(nap * 2, microseconds(200));
+    if (waited > std::chrono::milliseconds(20)) nap = std::min(nap * 2, microseconds(100));
   }
 }
 
