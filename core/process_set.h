@@ -13,6 +13,12 @@
 
 namespace tutti {
 
+struct CacheHit {
+  int slot;
+  Request request;
+  Clock::time_point since;
+};
+
 struct ProcessSet {
   ProcessSet(int set_id, std::vector<int> set_ranks, int world_rank, int64_t cache_capacity)
       : id(set_id),
@@ -34,7 +40,10 @@ struct ProcessSet {
   Coordinator coordinator;
   ResponseCache cache;
   bool joined = false;            // this rank's join is in flight
-  std::vector<Request> demoted;   // cache hits that missed their round: negotiate them next
+  // Cache hits waiting for the other members (slot, request), and requests to negotiate in
+  // full next round (their slot was invalidated or evicted while they waited).
+  std::vector<CacheHit> hits;
+  std::vector<Request> demoted;
 };
 
 }  // namespace tutti

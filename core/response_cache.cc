@@ -12,22 +12,25 @@ bool ResponseCache::cacheable(const Request& q) {
 // Only the fields the coordinator checks for this op: a field it ignores (allreduce's root)
 // may differ between ranks and must not make their caches differ.
 std::string ResponseCache::key(const Request& q) {
-  Request k;
-  k.op = q.op;
-  k.name = q.name;
-  k.dtype = q.dtype;
-  k.device = q.device;
-  k.shape = q.shape;
+  std::string k;
+  k.reserve(q.name.size() + 32 + q.shape.size() * sizeof(int64_t));
+  auto put = [&k](const void* p, size_t n) { k.append(static_cast<const char*>(p), n); };
+  uint8_t kinds[3] = {static_cast<uint8_t>(q.op), static_cast<uint8_t>(q.dtype),
+                      static_cast<uint8_t>(q.device)};
+  put(kinds, sizeof kinds);
   if (q.op == OpType::kBroadcast) {
-    k.root = q.root;
+    put(&q.root, sizeof q.root);
   } else {
-    k.reduce_op = q.reduce_op;
-    k.prescale = q.prescale;
-    k.postscale = q.postscale;
+    uint8_t op = static_cast<uint8_t>(q.reduce_op);
+    put(&op, 1);
+    put(&q.prescale, sizeof q.prescale);
+    put(&q.postscale, sizeof q.postscale);
   }
-  RequestList list;
-  list.requests.push_back(std::move(k));
-  return serialize(list);
+  uint32_t ndim = static_cast<uint32_t>(q.shape.size());
+  put(&ndim, sizeof ndim);
+  if (ndim) put(q.shape.data(), ndim * sizeof(int64_t));
+  k += q.name;
+  return k;
 }
 
 int ResponseCache::lookup(const Request& q) const {
@@ -36,23 +39,47 @@ int ResponseCache::lookup(const Request& q) const {
   return it == index_.end() ? -1 : it->second;
 }
 
-void ResponseCache::put(const Request& q, const Response& r) {
-  if (slots_.empty() || !cacheable(q)) return;
+int ResponseCache::slotOfName(const std::string& name) const {
+  auto it = by_name_.find(name);
+  return it == by_name_.end() ? -1 : it->second;
+}
+
+void ResponseCache::erase(int slot) {
+  Slot& s = slots_[slot];
+  if (s.last_used == 0) return;
+  index_.erase(s.key);
+  by_name_.erase(s.name);
+  s = Slot();
+}
+
+int ResponseCache::put(const Request& q, const Response& r) {
+  if (slots_.empty() || !cacheable(q)) return -1;
   std::string k = key(q);
   auto it = index_.find(k);
-  int slot;
+  int slot, replaced = -1;
   if (it != index_.end()) {
     slot = it->second;
   } else {
-    slot = 0;
-    for (size_t i = 1; i < slots_.size(); ++i)
-      if (slots_[i].last_used < slots_[slot].last_used) slot = static_cast<int>(i);
-    if (slots_[slot].last_used != 0) index_.erase(slots_[slot].key);
+    int same_name = slotOfName(q.name);
+    if (same_name >= 0) {
+      slot = same_name;
+    } else {
+      slot = 0;
+      for (size_t i = 1; i < slots_.size(); ++i)
+        if (slots_[i].last_used < slots_[slot].last_used) slot = static_cast<int>(i);
+    }
+    if (slots_[slot].last_used != 0) {
+      replaced = slot;
+      erase(slot);
+    }
     slots_[slot].key = k;
+    slots_[slot].name = q.name;
     index_[k] = slot;
+    by_name_[q.name] = slot;
   }
   slots_[slot].response = r;
   touch(slot);
+  return replaced;
 }
 
 }  // namespace tutti

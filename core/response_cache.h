@@ -25,20 +25,26 @@ class ResponseCache {
   static bool cacheable(const Request& q);
   // The slot holding a response for exactly this request, or -1.
   int lookup(const Request& q) const;
+  // The slot holding a response for this name with any other signature, or -1.
+  int slotOfName(const std::string& name) const;
   const Response& response(int slot) const { return slots_[slot].response; }
   void touch(int slot) { slots_[slot].last_used = ++clock_; }
   // Stores `r` (agreed for `q`), replacing the least recently used entry when full.
-  void put(const Request& q, const Response& r);
+  // Returns the slot whose previous entry was replaced, or -1.
+  int put(const Request& q, const Response& r);
+  void erase(int slot);
 
  private:
   static std::string key(const Request& q);
   struct Slot {
     std::string key;
+    std::string name;
     Response response;
-    uint64_t last_used = 0;
+    uint64_t last_used = 0;  // 0 = empty
   };
   std::vector<Slot> slots_;
-  std::unordered_map<std::string, int> index_;
+  std::unordered_map<std::string, int> index_;    // key -> slot
+  std::unordered_map<std::string, int> by_name_;  // name -> slot
   uint64_t clock_ = 0;
 };
 

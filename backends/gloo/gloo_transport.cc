@@ -19,6 +19,8 @@
 #include <gloo/rendezvous/prefix_store.h>
 #include <gloo/transport/tcp/device.h>
 
+#include <signal.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstring>
@@ -70,10 +72,20 @@ std::string localAddressToward(const std::string& host, int port) {
 // fresh rendezvous keys each time (every rank counts the same).
 std::atomic<int> g_generation{0};
 
+// gloo writes to its TCP pairs without MSG_NOSIGNAL: a peer that died would kill this
+// process with SIGPIPE instead of letting the write fail into an error naming the peer.
+// Ignored only if the program left it at the default.
+void ignoreSigpipe() {
+  struct sigaction current;
+  if (::sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL)
+    ::signal(SIGPIPE, SIG_IGN);
+}
+
 class GlooTransport : public Transport {
  public:
   explicit GlooTransport(const Config& config)
       : config_(config), rank_(config.topology.rank), size_(config.topology.size) {
+    ignoreSigpipe();
     if (config.rendezvous_addr.empty() || config.rendezvous_port <= 0)
       throwError(StatusCode::kInvalidArgument,
                  "TUTTI_CPU_OPERATIONS=gloo needs TUTTI_RENDEZVOUS_ADDR and "
