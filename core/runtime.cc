@@ -123,6 +123,8 @@ Status Runtime::submit(int process_set, std::vector<TensorEntry> entries, Callba
   }
   if (timeline_)
     for (const auto& name : names) timeline_->begin(name, "NEGOTIATE");
+  submissions_.fetch_add(1);
+  last_submit_.store(Clock::now().time_since_epoch().count());
   // The background thread is woken (a futex call) only when it sleeps: a burst of
   // submissions while it runs or watches costs no system call.
   if (!work_pending_.exchange(true) && sleeping_.load()) {  // seq_cst: pairs with loop()
@@ -233,6 +235,7 @@ void Runtime::loop() {
       }
       work_pending_ = false;
     }
+    coalesceBurst(base);
     try {
       if (!runRound(&had_work)) return;
     } catch (const Error& error) {
@@ -244,6 +247,26 @@ void Runtime::loop() {
     }
     idle = had_work ? base : std::min(idle * 2, base * 32);
   }
+}
+
+void Runtime::coalesceBurst(std::chrono::duration<double, std::milli> limit) {
+  // A lone op (one submission since the last round) starts its round at once. A burst
+  // (a backward pass, a step's worth of gradients) is let finish first, up to the cycle
+  // time, so that it is negotiated and fused in one round rather than in many small ones.
+  const uint64_t submitted = submissions_.load();
+  const bool burst = submitted - submissions_seen_ >= 2;
+  submissions_seen_ = submitted;
+  if (!burst) return;
+  const auto start = Clock::now();
+  const auto quiet = std::chrono::microseconds(10);
+  for (;;) {
+    const auto now = Clock::now();
+    if (now - start >= limit || now.time_since_epoch().count() - last_submit_.load() >=
+                                    std::chrono::duration_cast<Clock::duration>(quiet).count())
+      break;
+    std::this_thread::yield();
+  }
+  submissions_seen_ = submissions_.load();
 }
 
 namespace {

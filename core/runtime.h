@@ -73,6 +73,7 @@ class Runtime {
   std::shared_ptr<ProcessSet> findSet(int id) const;
   std::shared_ptr<ProcessSet> createSet(int id, std::vector<int> ranks);
   void loop();
+  void coalesceBurst(std::chrono::duration<double, std::milli> limit);
   bool runRound(bool* had_work);  // false once the job stops
   void negotiate(ProcessSet& set, std::vector<Request> mine, bool stall_fatal_root,
                  std::vector<Response>* responses, std::string* fatal);
@@ -94,7 +95,10 @@ class Runtime {
   std::mutex wake_mu_;
   std::condition_variable wake_cv_;
   std::atomic<bool> work_pending_{false};
-  std::atomic<bool> sleeping_{false};  // the background thread waits on wake_cv_ (under wake_mu_)
+  std::atomic<bool> sleeping_{false};
+  std::atomic<uint64_t> submissions_{0};     // submit() calls so far
+  std::atomic<int64_t> last_submit_{0};      // Clock ticks of the last one
+  uint64_t submissions_seen_ = 0;            // background thread only  // the background thread waits on wake_cv_ (under wake_mu_)
   bool shutdown_requested_ = false;
 
   mutable std::mutex status_mu_;

@@ -6,13 +6,14 @@ namespace tutti {
 
 Status TensorQueue::add(std::vector<TensorEntry>& entries, std::vector<std::string>* added) {
   std::lock_guard<std::mutex> lock(mu_);
-  std::set<std::string> names;
+  std::set<std::string> names;  // duplicates within a group
   for (auto& e : entries) {
     if (e.request.name.empty()) {
       e.request.name = std::string(opTypeName(e.request.op)) + ".noname." +
                        std::to_string(noname_counters_[static_cast<int>(e.request.op)]++);
     }
-    if (entries_.count(e.request.name) || !names.insert(e.request.name).second)
+    if (entries_.count(e.request.name) ||
+        (entries.size() > 1 && !names.insert(e.request.name).second))
       return Status(StatusCode::kDuplicateName,
                     std::string(opTypeName(e.request.op)) + " '" + e.request.name +
                         "': a tensor of this name is already in flight on this rank; wait for "

@@ -7,6 +7,7 @@
 #include "core/message.h"
 
 #include <map>
+#include <unordered_map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -40,7 +41,7 @@ class TensorQueue {
 
  private:
   mutable std::mutex mu_;
-  std::map<std::string, TensorEntry> entries_;
+  std::unordered_map<std::string, TensorEntry> entries_;
   std::vector<Request> new_;
   std::map<int, int64_t> noname_counters_;  // per OpType
 };
