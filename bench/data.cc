@@ -16,42 +16,11 @@ double inputValue(int rank, int64_t index, ReduceOp op, DataType dtype) {
 }
 
 double loadValue(const void* buf, int64_t i, DataType dtype) {
-  switch (dtype) {
-    case DataType::kUInt8: return static_cast<const uint8_t*>(buf)[i];
-    case DataType::kInt8: return static_cast<const int8_t*>(buf)[i];
-    case DataType::kUInt16: return static_cast<const uint16_t*>(buf)[i];
-    case DataType::kInt16: return static_cast<const int16_t*>(buf)[i];
-    case DataType::kInt32: return static_cast<const int32_t*>(buf)[i];
-    case DataType::kInt64: return static_cast<double>(static_cast<const int64_t*>(buf)[i]);
-    case DataType::kFloat16: return halfToFloat(static_cast<const uint16_t*>(buf)[i]);
-    case DataType::kBFloat16: return bfloat16ToFloat(static_cast<const uint16_t*>(buf)[i]);
-    case DataType::kFloat32: return static_cast<const float*>(buf)[i];
-    case DataType::kFloat64: return static_cast<const double*>(buf)[i];
-    case DataType::kBool: return static_cast<const uint8_t*>(buf)[i] != 0 ? 1.0 : 0.0;
-  }
-  return 0.0;
+  return loadElement(buf, i, dtype);
 }
 
 void storeValue(void* buf, int64_t i, DataType dtype, double value) {
-  // Integers wrap like the reduction kernels do (sums of many ranks may exceed int8).
-  const int64_t iv = static_cast<int64_t>(value);
-  switch (dtype) {
-    case DataType::kUInt8: static_cast<uint8_t*>(buf)[i] = static_cast<uint8_t>(iv); break;
-    case DataType::kInt8: static_cast<int8_t*>(buf)[i] = static_cast<int8_t>(iv); break;
-    case DataType::kUInt16: static_cast<uint16_t*>(buf)[i] = static_cast<uint16_t>(iv); break;
-    case DataType::kInt16: static_cast<int16_t*>(buf)[i] = static_cast<int16_t>(iv); break;
-    case DataType::kInt32: static_cast<int32_t*>(buf)[i] = static_cast<int32_t>(iv); break;
-    case DataType::kInt64: static_cast<int64_t*>(buf)[i] = iv; break;
-    case DataType::kFloat16:
-      static_cast<uint16_t*>(buf)[i] = floatToHalf(static_cast<float>(value));
-      break;
-    case DataType::kBFloat16:
-      static_cast<uint16_t*>(buf)[i] = floatToBfloat16(static_cast<float>(value));
-      break;
-    case DataType::kFloat32: static_cast<float*>(buf)[i] = static_cast<float>(value); break;
-    case DataType::kFloat64: static_cast<double*>(buf)[i] = value; break;
-    case DataType::kBool: static_cast<uint8_t*>(buf)[i] = value != 0.0 ? 1 : 0; break;
-  }
+  storeElement(buf, i, dtype, value);
 }
 
 void fillInput(void* buf, int64_t count, DataType dtype, ReduceOp op, int rank,

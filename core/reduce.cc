@@ -177,4 +177,42 @@ void scaleInto(const void* in, void* out, int64_t n, DataType dtype, double fact
   }
 }
 
+double loadElement(const void* buf, int64_t i, DataType dtype) {
+  switch (dtype) {
+    case DataType::kUInt8: return static_cast<const uint8_t*>(buf)[i];
+    case DataType::kInt8: return static_cast<const int8_t*>(buf)[i];
+    case DataType::kUInt16: return static_cast<const uint16_t*>(buf)[i];
+    case DataType::kInt16: return static_cast<const int16_t*>(buf)[i];
+    case DataType::kInt32: return static_cast<const int32_t*>(buf)[i];
+    case DataType::kInt64: return static_cast<double>(static_cast<const int64_t*>(buf)[i]);
+    case DataType::kFloat16: return halfToFloat(static_cast<const uint16_t*>(buf)[i]);
+    case DataType::kBFloat16: return bfloat16ToFloat(static_cast<const uint16_t*>(buf)[i]);
+    case DataType::kFloat32: return static_cast<const float*>(buf)[i];
+    case DataType::kFloat64: return static_cast<const double*>(buf)[i];
+    case DataType::kBool: return static_cast<const uint8_t*>(buf)[i] != 0 ? 1.0 : 0.0;
+  }
+  return 0.0;
+}
+
+void storeElement(void* buf, int64_t i, DataType dtype, double value) {
+  const int64_t iv = static_cast<int64_t>(value);
+  switch (dtype) {
+    case DataType::kUInt8: static_cast<uint8_t*>(buf)[i] = static_cast<uint8_t>(iv); break;
+    case DataType::kInt8: static_cast<int8_t*>(buf)[i] = static_cast<int8_t>(iv); break;
+    case DataType::kUInt16: static_cast<uint16_t*>(buf)[i] = static_cast<uint16_t>(iv); break;
+    case DataType::kInt16: static_cast<int16_t*>(buf)[i] = static_cast<int16_t>(iv); break;
+    case DataType::kInt32: static_cast<int32_t*>(buf)[i] = static_cast<int32_t>(iv); break;
+    case DataType::kInt64: static_cast<int64_t*>(buf)[i] = iv; break;
+    case DataType::kFloat16:
+      static_cast<uint16_t*>(buf)[i] = floatToHalf(static_cast<float>(value));
+      break;
+    case DataType::kBFloat16:
+      static_cast<uint16_t*>(buf)[i] = floatToBfloat16(static_cast<float>(value));
+      break;
+    case DataType::kFloat32: static_cast<float*>(buf)[i] = static_cast<float>(value); break;
+    case DataType::kFloat64: static_cast<double*>(buf)[i] = value; break;
+    case DataType::kBool: static_cast<uint8_t*>(buf)[i] = value != 0.0 ? 1 : 0; break;
+  }
+}
+
 }  // namespace tutti

@@ -22,4 +22,10 @@ void reduceInto(void* acc, const void* in, int64_t count, DataType dtype, Reduce
 // toward zero; bool is left unchanged. factor == 1 with in == out is a no-op.
 void scaleInto(const void* in, void* out, int64_t count, DataType dtype, double factor);
 
+// Element i of a host buffer as a double (16-bit floats converted, bool as 0/1), and the
+// reverse (integers go through int64 and wrap, like the reduction kernels). For checks
+// and references in tests and benchmarks, not for hot loops.
+double loadElement(const void* buf, int64_t i, DataType dtype);
+void storeElement(void* buf, int64_t i, DataType dtype, double value);
+
 }  // namespace tutti

@@ -36,40 +36,11 @@ inline bool isSigned(DataType dtype) {
 }
 
 inline void storeValue(DataType dtype, void* buf, int64_t i, double v) {
-  switch (dtype) {
-    case DataType::kUInt8: static_cast<uint8_t*>(buf)[i] = static_cast<uint8_t>(v); return;
-    case DataType::kInt8: static_cast<int8_t*>(buf)[i] = static_cast<int8_t>(v); return;
-    case DataType::kUInt16: static_cast<uint16_t*>(buf)[i] = static_cast<uint16_t>(v); return;
-    case DataType::kInt16: static_cast<int16_t*>(buf)[i] = static_cast<int16_t>(v); return;
-    case DataType::kInt32: static_cast<int32_t*>(buf)[i] = static_cast<int32_t>(v); return;
-    case DataType::kInt64: static_cast<int64_t*>(buf)[i] = static_cast<int64_t>(v); return;
-    case DataType::kFloat16:
-      static_cast<uint16_t*>(buf)[i] = floatToHalf(static_cast<float>(v));
-      return;
-    case DataType::kBFloat16:
-      static_cast<uint16_t*>(buf)[i] = floatToBfloat16(static_cast<float>(v));
-      return;
-    case DataType::kFloat32: static_cast<float*>(buf)[i] = static_cast<float>(v); return;
-    case DataType::kFloat64: static_cast<double*>(buf)[i] = v; return;
-    case DataType::kBool: static_cast<uint8_t*>(buf)[i] = v != 0 ? 1 : 0; return;
-  }
+  storeElement(buf, i, dtype, v);
 }
 
 inline double loadValue(DataType dtype, const void* buf, int64_t i) {
-  switch (dtype) {
-    case DataType::kUInt8: return static_cast<const uint8_t*>(buf)[i];
-    case DataType::kInt8: return static_cast<const int8_t*>(buf)[i];
-    case DataType::kUInt16: return static_cast<const uint16_t*>(buf)[i];
-    case DataType::kInt16: return static_cast<const int16_t*>(buf)[i];
-    case DataType::kInt32: return static_cast<const int32_t*>(buf)[i];
-    case DataType::kInt64: return static_cast<double>(static_cast<const int64_t*>(buf)[i]);
-    case DataType::kFloat16: return halfToFloat(static_cast<const uint16_t*>(buf)[i]);
-    case DataType::kBFloat16: return bfloat16ToFloat(static_cast<const uint16_t*>(buf)[i]);
-    case DataType::kFloat32: return static_cast<const float*>(buf)[i];
-    case DataType::kFloat64: return static_cast<const double*>(buf)[i];
-    case DataType::kBool: return static_cast<const uint8_t*>(buf)[i] != 0 ? 1 : 0;
-  }
-  return 0;
+  return loadElement(buf, i, dtype);
 }
 
 // Input of `rank` (of `n`) at element i for a reduction with `op`, plus a `salt` that

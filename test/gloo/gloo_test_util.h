@@ -66,40 +66,11 @@ class Checker {
 
 // Stores double `v` (a small integer) as `dtype` at index i.
 inline void storeValue(void* base, int64_t i, DataType dtype, double v) {
-  switch (dtype) {
-    case DataType::kUInt8: static_cast<uint8_t*>(base)[i] = static_cast<uint8_t>(v); break;
-    case DataType::kInt8: static_cast<int8_t*>(base)[i] = static_cast<int8_t>(v); break;
-    case DataType::kUInt16: static_cast<uint16_t*>(base)[i] = static_cast<uint16_t>(v); break;
-    case DataType::kInt16: static_cast<int16_t*>(base)[i] = static_cast<int16_t>(v); break;
-    case DataType::kInt32: static_cast<int32_t*>(base)[i] = static_cast<int32_t>(v); break;
-    case DataType::kInt64: static_cast<int64_t*>(base)[i] = static_cast<int64_t>(v); break;
-    case DataType::kFloat16:
-      static_cast<uint16_t*>(base)[i] = floatToHalf(static_cast<float>(v));
-      break;
-    case DataType::kBFloat16:
-      static_cast<uint16_t*>(base)[i] = floatToBfloat16(static_cast<float>(v));
-      break;
-    case DataType::kFloat32: static_cast<float*>(base)[i] = static_cast<float>(v); break;
-    case DataType::kFloat64: static_cast<double*>(base)[i] = v; break;
-    case DataType::kBool: static_cast<uint8_t*>(base)[i] = v != 0 ? 1 : 0; break;
-  }
+  storeElement(base, i, dtype, v);
 }
 
 inline double loadValue(const void* base, int64_t i, DataType dtype) {
-  switch (dtype) {
-    case DataType::kUInt8: return static_cast<const uint8_t*>(base)[i];
-    case DataType::kInt8: return static_cast<const int8_t*>(base)[i];
-    case DataType::kUInt16: return static_cast<const uint16_t*>(base)[i];
-    case DataType::kInt16: return static_cast<const int16_t*>(base)[i];
-    case DataType::kInt32: return static_cast<const int32_t*>(base)[i];
-    case DataType::kInt64: return static_cast<double>(static_cast<const int64_t*>(base)[i]);
-    case DataType::kFloat16: return halfToFloat(static_cast<const uint16_t*>(base)[i]);
-    case DataType::kBFloat16: return bfloat16ToFloat(static_cast<const uint16_t*>(base)[i]);
-    case DataType::kFloat32: return static_cast<const float*>(base)[i];
-    case DataType::kFloat64: return static_cast<const double*>(base)[i];
-    case DataType::kBool: return static_cast<const uint8_t*>(base)[i] != 0 ? 1 : 0;
-  }
-  return 0;
+  return loadElement(base, i, dtype);
 }
 
 inline bool isUnsigned(DataType dtype) {
