@@ -3,8 +3,10 @@
 //  2. Open one gloo TCP device on TUTTI_GLOO_IFACE, or else on the local address that
 //     routes to the rendezvous server (127.0.0.1 for a single-host job).
 //  3. Per process set and plane ("control" / "data"): a gloo::rendezvous::Context over a
-//     PrefixStore "tutti/ps<id>/<plane>/<n>" (n counts how often this process connected
-//     that set and plane, identical on every member), connected as a full mesh.
+//     PrefixStore "tutti/t<t>/ps<id>/<plane>/<n>", connected as a full mesh. t counts the
+//     transports this process has made (init after shutdown makes a new one; init is
+//     collective, so t is the same on every rank) and n how often this transport connected
+//     that set and plane (the same on every member): stale addresses are never read.
 //  4. A timeout, a dead peer or abort() in any group poisons every group of the transport.
 #include "backends/gloo/gloo_transport.h"
 
@@ -19,6 +21,7 @@
 #include <gloo/transport/tcp/device.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <map>
 
@@ -64,10 +67,15 @@ std::string localAddressToward(const std::string& host, int port) {
   return result;
 }
 
+std::atomic<int> transports_made{0};
+
 class GlooTransport : public Transport {
  public:
   explicit GlooTransport(const Config& config)
-      : config_(config), rank_(config.topology.rank), size_(config.topology.size) {
+      : config_(config),
+        rank_(config.topology.rank),
+        size_(config.topology.size),
+        generation_(transports_made++) {
     if (config.rendezvous_addr.empty() || config.rendezvous_port <= 0)
       throwError(StatusCode::kInvalidArgument,
                  "TUTTI_CPU_OPERATIONS=gloo needs TUTTI_RENDEZVOUS_ADDR and "
@@ -124,8 +132,8 @@ class GlooTransport : public Transport {
     const int group_rank = static_cast<int>(me - ranks.begin());
     const int group_size = static_cast<int>(ranks.size());
     const int epoch = epochs_[{id, plane}]++;
-    const std::string prefix =
-        "tutti/ps" + std::to_string(id) + "/" + plane + "/" + std::to_string(epoch);
+    const std::string prefix = "tutti/t" + std::to_string(generation_) + "/ps" +
+                               std::to_string(id) + "/" + plane + "/" + std::to_string(epoch);
     auto context = std::make_shared<gloo::rendezvous::Context>(group_rank, group_size);
     const auto timeout = std::chrono::milliseconds(
         static_cast<int64_t>(std::max(0.001, config_.timeout_seconds) * 1000.0));
@@ -152,6 +160,7 @@ class GlooTransport : public Transport {
 
   const Config config_;
   const int rank_, size_;
+  const int generation_;
   std::unique_ptr<detail::RendezvousClient> store_;
   std::shared_ptr<gloo::transport::Device> device_;
   std::map<std::pair<int, std::string>, int> epochs_;
