@@ -3,9 +3,10 @@
 //  2. Open one gloo TCP device on TUTTI_GLOO_IFACE, or else on the local address that
 //     routes to the rendezvous server (127.0.0.1 for a single-host job).
 //  3. Per process set and plane ("control" / "data"): a gloo::rendezvous::Context over a
-//     PrefixStore "tutti/g<generation>/ps<id>/<plane>/<n>" (generation counts the transports
-//     this process made, so init after shutdown uses fresh keys; n counts how often it connected
-//     that set and plane, identical on every member), connected as a full mesh.
+//     PrefixStore "tutti/t<t>/ps<id>/<plane>/<n>", connected as a full mesh. t counts the
+//     transports this process has made (init after shutdown makes a new one; init is
+//     collective, so t is the same on every rank) and n how often this transport connected
+//     that set and plane (the same on every member): stale addresses are never read.
 //  4. A timeout, a dead peer or abort() in any group poisons every group of the transport.
 #include "backends/gloo/gloo_transport.h"
 
@@ -68,9 +69,7 @@ std::string localAddressToward(const std::string& host, int port) {
   return result;
 }
 
-// Transports this process has made: a job whose ranks init, shut down and init again uses
-// fresh rendezvous keys each time (every rank counts the same).
-std::atomic<int> g_generation{0};
+std::atomic<int> transports_made{0};
 
 // gloo writes to its TCP pairs without MSG_NOSIGNAL: a peer that died would kill this
 // process with SIGPIPE instead of letting the write fail into an error naming the peer.
@@ -84,7 +83,10 @@ void ignoreSigpipe() {
 class GlooTransport : public Transport {
  public:
   explicit GlooTransport(const Config& config)
-      : config_(config), rank_(config.topology.rank), size_(config.topology.size) {
+      : config_(config),
+        rank_(config.topology.rank),
+        size_(config.topology.size),
+        generation_(transports_made++) {
     ignoreSigpipe();
     if (config.rendezvous_addr.empty() || config.rendezvous_port <= 0)
       throwError(StatusCode::kInvalidArgument,
@@ -142,7 +144,7 @@ class GlooTransport : public Transport {
     const int group_rank = static_cast<int>(me - ranks.begin());
     const int group_size = static_cast<int>(ranks.size());
     const int epoch = epochs_[{id, plane}]++;
-    const std::string prefix = "tutti/g" + std::to_string(generation_) + "/ps" +
+    const std::string prefix = "tutti/t" + std::to_string(generation_) + "/ps" +
                                std::to_string(id) + "/" + plane + "/" + std::to_string(epoch);
     auto context = std::make_shared<gloo::rendezvous::Context>(group_rank, group_size);
     const auto timeout = std::chrono::milliseconds(
@@ -170,10 +172,10 @@ class GlooTransport : public Transport {
 
   const Config config_;
   const int rank_, size_;
+  const int generation_;
   std::unique_ptr<detail::RendezvousClient> store_;
   std::shared_ptr<gloo::transport::Device> device_;
   std::map<std::pair<int, std::string>, int> epochs_;
-  const int generation_ = g_generation++;
   // The first failure of any group poisons every group of this transport.
   std::shared_ptr<detail::GlooPoison> poison_ = std::make_shared<detail::GlooPoison>();
 };

@@ -240,6 +240,17 @@ int main() {
       sub_be->barrier(deadline);
     }
     be->barrier(deadline);
+    cp.reset();
+    be.reset();
+    transport.reset();
+
+    // A second transport in the same process (init after shutdown) connects afresh.
+    auto again = makeGlooTransport(config);
+    auto be2 = again->makeBackend(world, 0);
+    std::vector<int64_t> v(5, rank + 1);
+    be2->allreduce(v.data(), v.data(), 5, DataType::kInt64, ReduceOp::kSum, deadline);
+    c.check(v == std::vector<int64_t>(5, int64_t{size} * (size + 1) / 2),
+            "allreduce on a second transport");
   } catch (const Error& e) {
     std::fprintf(stderr, "rank %d: error: %s\n", rank, e.what());
     return 2;
