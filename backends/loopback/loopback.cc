@@ -105,6 +105,11 @@ class LoopbackBackend : public Backend, private Member {
     auto start = Clock::now();
     checkReduce("allreduce", count, op);
     const int64_t esz = dataTypeBytes(dtype);
+    if (size() == 1) {  // a world of one: no scratch round trip
+      group_->throwIfPoisoned();
+      if (in != out && count > 0) std::memmove(out, in, count * esz);
+      return;
+    }
     LoopbackPost post;
     post.in = in;
     post.out = out;

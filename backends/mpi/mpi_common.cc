@@ -47,8 +47,8 @@ int opIndex(ReduceOp op) {
 
 std::atomic<bool> g_skip_finalize{false};
 
-MpiShared::MpiShared(bool initialized_here, int64_t max_message_elements)
-    : initialized_here_(initialized_here), max_message_elements_(max_message_elements) {
+MpiShared::MpiShared(int64_t max_message_elements)
+    : max_message_elements_(max_message_elements) {
   checkMpi(MPI_Type_contiguous(2, MPI_BYTE, &two_bytes_), "MPI_Type_contiguous",
            "mpi transport");
   checkMpi(MPI_Type_commit(&two_bytes_), "MPI_Type_commit", "mpi transport");
@@ -64,11 +64,10 @@ MpiShared::~MpiShared() {
     for (int i = 0; i < 4; ++i)
       if (ops[i] != MPI_OP_NULL) MPI_Op_free(&ops[i]);
   if (two_bytes_ != MPI_DATATYPE_NULL) MPI_Type_free(&two_bytes_);
-  if (!initialized_here_) return;
-  // MPI cannot be initialized twice in a process, and tutti_init must work again after
-  // tutti_shutdown: so MPI stays up until the process exits (finalizeMpiAtExit). A request
-  // abandoned by a timeout may have completed since (the late peer arrived); give the
-  // stragglers a moment, and skip MPI_Finalize at exit if one is still pending.
+  // MPI stays up until the process exits (finalizeMpiAtExit), also for a transport made
+  // after MPI was initialized by an earlier one. A request abandoned by a timeout may have
+  // completed since (the late peer arrived); give the stragglers a moment, and skip
+  // MPI_Finalize at exit if one is still pending.
   std::lock_guard<std::mutex> lock(mu_);
   Deadline grace = deadlineAfter(1.0);
   for (MPI_Request& request : abandoned_) {

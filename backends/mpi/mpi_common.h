@@ -18,17 +18,19 @@
 namespace tutti {
 namespace detail {
 
-// Objects made once per transport and freed with it. Held through shared_ptr by every
-// backend and control plane, so it outlives them. Thread-safe.
-// Finalizes MPI at process exit if Tutti initialized it (registered with atexit).
+// Finalizes MPI at process exit if Tutti initialized it (registered with atexit): MPI cannot
+// be initialized twice in a process, and tutti_init must work again after tutti_shutdown.
+// Skipped if a request abandoned by a timeout never completed (MPI_Finalize would hang).
 void finalizeMpiAtExit();
 
+// Objects made once per transport and freed with it. Held through shared_ptr by every
+// backend and control plane, so it outlives them. Thread-safe.
 class MpiShared {
  public:
   // max_message_elements: the largest count passed to one MPI call (INT_MAX normally;
   // tests lower it to exercise chunking and the overflow checks).
-  MpiShared(bool initialized_here, int64_t max_message_elements);
-  ~MpiShared();  // frees ops and types, then finalizes MPI if this transport initialized it
+  explicit MpiShared(int64_t max_message_elements);
+  ~MpiShared();  // frees ops and types; gives abandoned requests a moment to complete
 
   MPI_Datatype datatype(DataType dtype) const;
   // The MPI op for (dtype, op): predefined ops, logical or/and for bool, user ops for
@@ -38,11 +40,10 @@ class MpiShared {
 
   // A request that timed out or was aborted: it may still complete when the late peers
   // arrive, so it is kept and tested once more at shutdown. If any is still pending then,
-  // MPI_Finalize is skipped (it would hang on it).
+  // MPI_Finalize at exit is skipped (it would hang on it).
   void abandon(MPI_Request request);
 
  private:
-  bool initialized_here_;
   int64_t max_message_elements_;
   MPI_Datatype two_bytes_ = MPI_DATATYPE_NULL;
   MPI_Op half_ops_[4] = {MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL};

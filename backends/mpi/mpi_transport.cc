@@ -29,8 +29,8 @@ const char* threadLevelName(int level) {
   return "an unknown thread level";
 }
 
-// Initializes MPI if needed; returns whether this call did.
-bool initializeMpi() {
+// Initializes MPI unless the program did; Tutti's MPI is finalized at exit.
+void initializeMpi() {
   int initialized = 0, finalized = 0;
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
@@ -47,7 +47,7 @@ bool initializeMpi() {
                      threadLevelName(provided) +
                      ", but Tutti's background thread needs MPI_THREAD_MULTIPLE: call "
                      "MPI_Init_thread(..., MPI_THREAD_MULTIPLE, ...) or let Tutti initialize MPI");
-    return false;
+    return;
   }
   detail::checkMpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided),
                    "MPI_Init_thread", "mpi transport");
@@ -59,7 +59,6 @@ bool initializeMpi() {
                            "got ") +
                    threadLevelName(provided) + "; this Open MPI build lacks thread support");
   }
-  return true;
 }
 
 class MpiTransport : public Transport {
@@ -70,15 +69,10 @@ class MpiTransport : public Transport {
       throwError(StatusCode::kInvalidArgument,
                  "mpi transport: max message elements must be in [1, INT_MAX], got " +
                      std::to_string(max_message_elements));
-    bool initialized_here = initializeMpi();
-    try {
-      detail::checkMpi(MPI_Comm_rank(MPI_COMM_WORLD, &rank_), "MPI_Comm_rank", "mpi transport");
-      detail::checkMpi(MPI_Comm_size(MPI_COMM_WORLD, &size_), "MPI_Comm_size", "mpi transport");
-      shared_ = std::make_shared<MpiShared>(initialized_here, max_message_elements);
-    } catch (...) {
-      if (initialized_here) MPI_Finalize();
-      throw;
-    }
+    initializeMpi();  // MPI stays up until exit, also when this constructor throws
+    detail::checkMpi(MPI_Comm_rank(MPI_COMM_WORLD, &rank_), "MPI_Comm_rank", "mpi transport");
+    detail::checkMpi(MPI_Comm_size(MPI_COMM_WORLD, &size_), "MPI_Comm_size", "mpi transport");
+    shared_ = std::make_shared<MpiShared>(max_message_elements);
   }
 
   const char* name() const override { return "mpi"; }
@@ -129,7 +123,7 @@ class MpiTransport : public Transport {
 
   double timeout_seconds_;
   int rank_ = 0, size_ = 1;
-  std::shared_ptr<MpiShared> shared_;  // finalizes MPI (if ours) once the last user is gone
+  std::shared_ptr<MpiShared> shared_;  // outlives this transport while a group uses it
   std::mutex mu_;
   std::map<int, std::weak_ptr<MpiPoison>> poisons_;
 };

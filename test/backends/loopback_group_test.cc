@@ -196,6 +196,10 @@ TEST_CASE("loopback abort wakes waiting members with the reason") {
   int64_t v = 3;
   other->allreduce(&v, &v, 1, DataType::kInt64, ReduceOp::kSum, deadlineAfter(5));
   CHECK(v == 3);
+  other->abort("group of one aborted");
+  CHECK_THROWS_WITH(
+      other->allreduce(&v, &v, 1, DataType::kInt64, ReduceOp::kSum, deadlineAfter(5)),
+      "group of one aborted");
 }
 
 TEST_CASE("loopback mismatched arguments throw on every member") {
