@@ -46,6 +46,17 @@ Backend* Executor::pick(ProcessSet& set, OpType op, DataType dtype, DeviceType d
 }
 
 void Executor::run(const Response& r, ProcessSet& set) {
+  if (timeline_ == nullptr) return execute(r, set);
+  std::string args = "\"fused\":" + std::to_string(r.names.size());
+  for (const auto& name : r.names) {
+    timeline_->end(name);  // NEGOTIATE
+    timeline_->begin(name, r.type == ResponseType::kError ? "ERROR" : opTypeName(r.op), args);
+  }
+  execute(r, set);
+  for (const auto& name : r.names) timeline_->end(name);
+}
+
+void Executor::execute(const Response& r, ProcessSet& set) {
   std::vector<std::optional<TensorEntry>> entries;
   for (const auto& name : r.names) entries.push_back(set.queue.take(name));
 

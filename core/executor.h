@@ -6,6 +6,7 @@
 #include "core/config.h"
 #include "core/fusion.h"
 #include "core/process_set.h"
+#include "core/timeline.h"
 
 #include <optional>
 #include <vector>
@@ -14,7 +15,8 @@ namespace tutti {
 
 class Executor {
  public:
-  explicit Executor(const Config& config) : config_(config) {}
+  // `timeline` may be null (TUTTI_TIMELINE unset).
+  Executor(const Config& config, Timeline* timeline) : config_(config), timeline_(timeline) {}
 
   // Runs `response` for `set` (this rank is a member). A tensor this rank does not hold
   // (it has joined) contributes zeros to an allreduce. Throws Error when a backend fails;
@@ -22,6 +24,7 @@ class Executor {
   void run(const Response& response, ProcessSet& set);
 
  private:
+  void execute(const Response& response, ProcessSet& set);
   Backend* pick(ProcessSet& set, OpType op, DataType dtype, DeviceType device) const;
   void allreduce(const Response& r, ProcessSet& set, Backend& b,
                  std::vector<std::optional<TensorEntry>>& entries);
@@ -30,6 +33,7 @@ class Executor {
   void reducescatter(const Response& r, ProcessSet& set, Backend& b, TensorEntry& e);
 
   const Config& config_;
+  Timeline* timeline_;
   FusionBuffer fusion_;
 };
 

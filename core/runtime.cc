@@ -17,7 +17,13 @@ void clearBit(std::vector<uint64_t>& bits, size_t i) { bits[i / 64] &= ~(uint64_
 Runtime::Runtime(Config config) : Runtime(config, makeTransport(config)) {}
 
 Runtime::Runtime(Config config, std::unique_ptr<Transport> transport)
-    : config_(std::move(config)), transport_(std::move(transport)), executor_(config_) {
+    : config_(std::move(config)),
+      transport_(std::move(transport)),
+      timeline_(config_.timeline_filename.empty()
+                    ? nullptr
+                    : std::make_unique<Timeline>(config_.timeline_filename, config_.topology.rank,
+                                                 config_.topology.size)),
+      executor_(config_, timeline_.get()) {
   setLogLevel(config_.log_level);
   setLogRank(config_.topology.size > 1 ? config_.topology.rank : -1);
   if (transport_->rank() != config_.topology.rank || transport_->size() != config_.topology.size)
@@ -107,11 +113,14 @@ Status Runtime::submit(int process_set, std::vector<TensorEntry> entries, Callba
     }
   }
   for (auto& e : entries) e.handle = state;
-  Status added = set->queue.add(entries);
+  std::vector<std::string> names;
+  Status added = set->queue.add(entries, timeline_ ? &names : nullptr);
   if (!added.ok()) {
     handles_.release(state->id);
     return added;
   }
+  if (timeline_)
+    for (const auto& name : names) timeline_->begin(name, "NEGOTIATE");
   {
     std::lock_guard<std::mutex> lock(wake_mu_);
     work_pending_ = true;
@@ -147,12 +156,11 @@ Status Runtime::wait(Handle handle, double timeout_seconds, Result* result) {
 }
 
 Status Runtime::addProcessSet(std::vector<int> ranks, int* id) {
-  std::sort(ranks.begin(), ranks.end());
   for (size_t i = 0; i < ranks.size(); ++i) {
-    if (ranks[i] < 0 || ranks[i] >= config_.topology.size || (i && ranks[i] == ranks[i - 1]))
+    if (ranks[i] < 0 || ranks[i] >= config_.topology.size || (i && ranks[i] <= ranks[i - 1]))
       return Status(StatusCode::kInvalidArgument,
-                    "add_process_set: ranks [" + joinInts(ranks) + "] must be distinct ranks in [0, " +
-                        std::to_string(config_.topology.size) + ")");
+                    "add_process_set: expected sorted, distinct ranks in [0, " +
+                        std::to_string(config_.topology.size) + "), got [" + joinInts(ranks) + "]");
   }
   if (ranks.empty()) return Status(StatusCode::kInvalidArgument, "add_process_set: no ranks given");
   TensorEntry e;

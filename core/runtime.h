@@ -25,6 +25,7 @@
 #include "core/executor.h"
 #include "core/handle_table.h"
 #include "core/process_set.h"
+#include "core/timeline.h"
 
 #include <atomic>
 #include <condition_variable>
@@ -83,6 +84,7 @@ class Runtime {
   Config config_;
   std::unique_ptr<Transport> transport_;
   HandleTable handles_;
+  std::unique_ptr<Timeline> timeline_;  // null unless TUTTI_TIMELINE is set
   Executor executor_;
 
   mutable std::mutex sets_mu_;

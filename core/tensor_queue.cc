@@ -4,7 +4,7 @@
 
 namespace tutti {
 
-Status TensorQueue::add(std::vector<TensorEntry>& entries) {
+Status TensorQueue::add(std::vector<TensorEntry>& entries, std::vector<std::string>* added) {
   std::lock_guard<std::mutex> lock(mu_);
   std::set<std::string> names;
   for (auto& e : entries) {
@@ -19,6 +19,7 @@ Status TensorQueue::add(std::vector<TensorEntry>& entries) {
                         "it before submitting the name again");
   }
   for (auto& e : entries) {
+    if (added) added->push_back(e.request.name);
     new_.push_back(e.request);
     entries_.emplace(e.request.name, std::move(e));
   }

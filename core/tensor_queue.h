@@ -26,8 +26,9 @@ struct TensorEntry {
 class TensorQueue {
  public:
   // Adds all entries or none: kDuplicateName if a name is already in flight here (or twice
-  // in `entries`). Empty names get "<op>.noname.<n>".
-  Status add(std::vector<TensorEntry>& entries);
+  // in `entries`). Empty names get "<op>.noname.<n>". The entries are moved from; `names`
+  // (if given) receives their final names.
+  Status add(std::vector<TensorEntry>& entries, std::vector<std::string>* names = nullptr);
   // Requests added since the last call, in submission order.
   std::vector<Request> popNew();
   bool hasNew() const;

@@ -5,6 +5,7 @@
 #include <gloo/transport/unbound_buffer.h>
 #include <gloo/types.h>
 
+#include <algorithm>
 #include <deque>
 #include <map>
 #include <set>
@@ -27,9 +28,39 @@ bool isTimeout(const std::string& message) {
 
 }  // namespace
 
+void GlooPoison::attach(GlooGroup* group) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  groups_.push_back(group);
+  if (code_ != StatusCode::kOk) group->interrupt(code_, message_);
+}
+
+void GlooPoison::detach(GlooGroup* group) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  groups_.erase(std::remove(groups_.begin(), groups_.end(), group), groups_.end());
+}
+
+void GlooPoison::spread(GlooGroup* origin, StatusCode code, const std::string& message) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (code_ != StatusCode::kOk) return;
+  code_ = code;
+  message_ = message;
+  for (GlooGroup* group : groups_)
+    if (group != origin) group->interrupt(code, message);
+}
+
 GlooGroup::GlooGroup(std::shared_ptr<gloo::Context> context, std::vector<int> ranks, int id,
-                     std::string kind)
-    : context_(std::move(context)), ranks_(std::move(ranks)), id_(id), kind_(std::move(kind)) {}
+                     std::string kind, std::shared_ptr<GlooPoison> poison)
+    : context_(std::move(context)),
+      ranks_(std::move(ranks)),
+      id_(id),
+      kind_(std::move(kind)),
+      transport_poison_(std::move(poison)) {
+  if (transport_poison_) transport_poison_->attach(this);
+}
+
+GlooGroup::~GlooGroup() {
+  if (transport_poison_) transport_poison_->detach(this);
+}
 
 std::string GlooGroup::label(const std::string& what) const {
   return "gloo " + kind_ + " " + what + " (process set " + std::to_string(id_) + ", rank " +
@@ -38,11 +69,20 @@ std::string GlooGroup::label(const std::string& what) const {
 }
 
 void GlooGroup::fail(StatusCode code, const std::string& message) {
+  if (poisonLocal(code, message) && transport_poison_)
+    transport_poison_->spread(this, code, message);
+  throwError(code, message);
+}
+
+bool GlooGroup::poisonLocal(StatusCode code, const std::string& message) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (poison_code_ == StatusCode::kOk) {
-      poison_code_ = code;
-      poison_message_ = message;
+    if (poison_code_ != StatusCode::kOk) return false;
+    poison_code_ = code;
+    poison_message_ = message;
+    for (auto* buf : live_) {
+      buf->abortWaitRecv();
+      buf->abortWaitSend();
     }
   }
   // Closing our end makes every peer's pending operation fail instead of waiting out its
@@ -51,7 +91,7 @@ void GlooGroup::fail(StatusCode code, const std::string& message) {
     context_->closeConnections();
   } catch (...) {
   }
-  throwError(code, message);
+  return true;
 }
 
 void GlooGroup::run(const std::string& what, Deadline deadline,
@@ -147,7 +187,7 @@ void GlooGroup::exchange(const std::string& what, const void* send_buf, size_t s
         }
         if (!done) {  // abort() woke us
           std::lock_guard<std::mutex> lock(mutex_);
-          throwError(StatusCode::kAborted, label(what) + " interrupted: " + poison_message_);
+          throwError(poison_code_, label(what) + " interrupted: " + poison_message_);
         }
         auto it = pending.find(peer);
         if (it == pending.end()) it = pending.begin();
@@ -167,20 +207,13 @@ void GlooGroup::exchange(const std::string& what, const void* send_buf, size_t s
 }
 
 void GlooGroup::abort(const std::string& reason) {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (poison_code_ != StatusCode::kOk) return;
-    poison_code_ = StatusCode::kAborted;
-    poison_message_ = label("abort") + ": " + reason;
-    for (auto* buf : live_) {
-      buf->abortWaitRecv();
-      buf->abortWaitSend();
-    }
-  }
-  try {
-    context_->closeConnections();
-  } catch (...) {
-  }
+  const std::string message = label("abort") + ": " + reason;
+  if (poisonLocal(StatusCode::kAborted, message) && transport_poison_)
+    transport_poison_->spread(this, StatusCode::kAborted, message);
+}
+
+void GlooGroup::interrupt(StatusCode code, const std::string& message) {
+  poisonLocal(code, "another gloo group of this process failed first: " + message);
 }
 
 }  // namespace detail

@@ -23,11 +23,33 @@
 namespace tutti {
 namespace detail {
 
+class GlooGroup;
+
+// Shared by every group of one transport: the first failure (or abort) in any group
+// poisons all of them, so that every later call, on any process set or plane, fails fast
+// with that first error. Thread-safe.
+class GlooPoison {
+ public:
+  void attach(GlooGroup* group);
+  void detach(GlooGroup* group);
+  // Poisons every attached group but `origin` (and groups attached later).
+  void spread(GlooGroup* origin, StatusCode code, const std::string& message);
+
+ private:
+  std::mutex mutex_;
+  std::vector<GlooGroup*> groups_;
+  StatusCode code_ = StatusCode::kOk;
+  std::string message_;
+};
+
 class GlooGroup {
  public:
   // `ranks` are the members' world ranks (sorted); `kind` is "control" or "data".
   GlooGroup(std::shared_ptr<gloo::Context> context, std::vector<int> ranks, int id,
-            std::string kind);
+            std::string kind, std::shared_ptr<GlooPoison> poison);
+  ~GlooGroup();
+  GlooGroup(const GlooGroup&) = delete;
+  GlooGroup& operator=(const GlooGroup&) = delete;
 
   int rank() const { return context_->rank; }
   int size() const { return context_->size; }
@@ -58,14 +80,21 @@ class GlooGroup {
   // closes the connections so that peers fail fast.
   void abort(const std::string& reason);
 
+  // Poisoned through the transport by another group's failure; wakes and closes like abort.
+  void interrupt(StatusCode code, const std::string& message);
+
  private:
   std::string label(const std::string& what) const;
   [[noreturn]] void fail(StatusCode code, const std::string& message);
+  // Sets the poison unless set, wakes a blocked exchange, closes the connections; true if
+  // this call set it.
+  bool poisonLocal(StatusCode code, const std::string& message);
 
   std::shared_ptr<gloo::Context> context_;
   const std::vector<int> ranks_;
   const int id_;
   const std::string kind_;
+  const std::shared_ptr<GlooPoison> transport_poison_;
   std::mutex mutex_;  // guards the poison and live_
   std::vector<gloo::transport::UnboundBuffer*> live_;  // buffers of the running exchange()
   StatusCode poison_code_ = StatusCode::kOk;

@@ -3,8 +3,10 @@
 //  2. Open one gloo TCP device on TUTTI_GLOO_IFACE, or else on the local address that
 //     routes to the rendezvous server (127.0.0.1 for a single-host job).
 //  3. Per process set and plane ("control" / "data"): a gloo::rendezvous::Context over a
-//     PrefixStore "tutti/ps<id>/<plane>/<n>" (n counts how often this process connected
+//     PrefixStore "tutti/g<generation>/ps<id>/<plane>/<n>" (generation counts the transports
+//     this process made, so init after shutdown uses fresh keys; n counts how often it connected
 //     that set and plane, identical on every member), connected as a full mesh.
+//  4. A timeout, a dead peer or abort() in any group poisons every group of the transport.
 #include "backends/gloo/gloo_transport.h"
 
 #include "backends/gloo/gloo_backend.h"
@@ -18,6 +20,7 @@
 #include <gloo/transport/tcp/device.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <map>
 
@@ -62,6 +65,10 @@ std::string localAddressToward(const std::string& host, int port) {
                                      "server at " + host + "; set TUTTI_GLOO_IFACE");
   return result;
 }
+
+// Transports this process has made: a job whose ranks init, shut down and init again uses
+// fresh rendezvous keys each time (every rank counts the same).
+std::atomic<int> g_generation{0};
 
 class GlooTransport : public Transport {
  public:
@@ -123,8 +130,8 @@ class GlooTransport : public Transport {
     const int group_rank = static_cast<int>(me - ranks.begin());
     const int group_size = static_cast<int>(ranks.size());
     const int epoch = epochs_[{id, plane}]++;
-    const std::string prefix =
-        "tutti/ps" + std::to_string(id) + "/" + plane + "/" + std::to_string(epoch);
+    const std::string prefix = "tutti/g" + std::to_string(generation_) + "/ps" +
+                               std::to_string(id) + "/" + plane + "/" + std::to_string(epoch);
     auto context = std::make_shared<gloo::rendezvous::Context>(group_rank, group_size);
     const auto timeout = std::chrono::milliseconds(
         static_cast<int64_t>(std::max(0.001, config_.timeout_seconds) * 1000.0));
@@ -146,7 +153,7 @@ class GlooTransport : public Transport {
     } catch (const std::exception& e) {
       throwError(StatusCode::kBackend, what + " failed: " + e.what());
     }
-    return std::make_unique<detail::GlooGroup>(std::move(context), ranks, id, plane);
+    return std::make_unique<detail::GlooGroup>(std::move(context), ranks, id, plane, poison_);
   }
 
   const Config config_;
@@ -154,6 +161,9 @@ class GlooTransport : public Transport {
   std::unique_ptr<detail::RendezvousClient> store_;
   std::shared_ptr<gloo::transport::Device> device_;
   std::map<std::pair<int, std::string>, int> epochs_;
+  const int generation_ = g_generation++;
+  // The first failure of any group poisons every group of this transport.
+  std::shared_ptr<detail::GlooPoison> poison_ = std::make_shared<detail::GlooPoison>();
 };
 
 }  // namespace

@@ -157,6 +157,10 @@ class MpiBackend : public Backend, private MpiMember {
     checkCounts(send_counts, what);
     checkCounts(recv_counts, what);
     const int64_t esz = dataTypeBytes(dtype), limit = info_.shared->maxMessageElements();
+    if (recv_counts[rank_] != send_counts[rank_])
+      throwError(StatusCode::kInvalidArgument,
+                 what + ": sends " + std::to_string(send_counts[rank_]) +
+                     " elements to itself but expects " + std::to_string(recv_counts[rank_]));
     int64_t send_total = 0, recv_total = 0;
     for (int r = 0; r < size_; ++r) {
       send_total += send_counts[r];
@@ -173,10 +177,6 @@ class MpiBackend : public Backend, private MpiMember {
     int64_t send_offset = 0, recv_offset = 0;
     for (int r = 0; r < size_; ++r) {
       if (r == rank_) {
-        if (recv_counts[r] != send_counts[r])
-          throwError(StatusCode::kInvalidArgument,
-                     what + ": sends " + std::to_string(send_counts[r]) +
-                         " elements to itself but expects " + std::to_string(recv_counts[r]));
         if (send_counts[r] > 0)
           std::memcpy(at(out, recv_offset, esz), at(src, send_offset, esz), send_counts[r] * esz);
       } else {
@@ -207,10 +207,7 @@ class MpiBackend : public Backend, private MpiMember {
     MPI_Datatype type = info_.shared->datatype(dtype);
     MPI_Op mpi_op = info_.shared->reduceOp(dtype, op);
     const int64_t esz = dataTypeBytes(dtype), limit = info_.shared->maxMessageElements();
-    int64_t total = 0;
-    for (int r = 0; r < size_; ++r) {
-      total += counts[r];
-    }
+    const int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});
     if (total > limit) return reduceBlocks(in, out, counts, dtype, op, deadline, start, what);
     for (int r = 0; r < size_; ++r) recv_counts_[r] = static_cast<int>(counts[r]);
     const int64_t mine = counts[rank_] * esz;

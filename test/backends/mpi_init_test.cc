@@ -1,5 +1,7 @@
 // Who initializes and finalizes MPI. One process per mode (MPI can be initialized once):
-//   own:      the transport initializes MPI and finalizes it when destroyed.
+//   own:      the transport initializes MPI; MPI stays up after the transport is destroyed
+//             (so that tutti_init works again after tutti_shutdown: MPI cannot be
+//             initialized twice), a second transport works, and MPI is finalized at exit.
 //   multiple: the program initialized MPI_THREAD_MULTIPLE; the transport uses it and leaves
 //             it initialized; the program finalizes.
 //   single:   the program initialized MPI_THREAD_SINGLE; the transport refuses, naming both
@@ -57,7 +59,13 @@ int main(int argc, char** argv) {
       expect(initialized != 0, "transport did not initialize MPI");
       useTransport(*transport);
       transport.reset();
-      expect(mpiFinalized(), "transport that initialized MPI did not finalize it");
+      expect(!mpiFinalized(), "transport finalized MPI before exit: a later init would fail");
+      auto again = tutti::makeMpiTransport(config);
+      useTransport(*again);
+      again.reset();
+      std::atexit([] {
+        if (!mpiFinalized()) std::fprintf(stderr, "FAILED: MPI was not finalized at exit\n");
+      });
     } else if (mode == "multiple") {
       int provided = 0;
       MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);

@@ -1,7 +1,8 @@
 // Failure behaviour of the gloo transport under `tuttirun -np 3`, one mode per run:
 //  timeout   rank 0 skips an allreduce: the others fail with kTimeout (or, once a peer has
 //            poisoned and closed the group, kBackend) near their 3 s deadline, and every
-//            later call fails fast; rank 0's next call fails too instead of hanging.
+//            later call fails fast, on the control plane too (the transport is poisoned);
+//            rank 0's next calls fail too instead of hanging.
 //  dead-peer rank 2 exits; ranks 0 and 1 fail long before their 60 s deadline.
 //  abort     rank 0 aborts: its next call fails at once with kAborted naming the reason;
 //            the others fail fast.
@@ -98,6 +99,7 @@ int main(int argc, char** argv) {
     auto transport = makeGlooTransport(config);
     std::vector<int> world(size);
     std::iota(world.begin(), world.end(), 0);
+    auto cp = transport->makeControlPlane(world, 0);
     auto be = transport->makeBackend(world, 0);
     be->barrier(deadlineAfter(30));
 
@@ -107,6 +109,9 @@ int main(int argc, char** argv) {
         if (expectError(c, "rank 0 barrier after peers timed out",
                         [&] { be->barrier(deadlineAfter(20)); }, &code, &message, &seconds))
           c.check(seconds < 15, "rank 0 fails fast once its peers gave up");
+        if (expectError(c, "rank 0 control gather after peers timed out",
+                        [&] { cp->gather("x", deadlineAfter(20)); }, &code, &message, &seconds))
+          c.check(seconds < 15, "rank 0's control plane fails fast too");
       } else {
         if (expectError(c, "allreduce with a missing rank", [&] {
               be->allreduce(data.data(), data.data(), 1001, DataType::kFloat32,
@@ -124,6 +129,12 @@ int main(int argc, char** argv) {
             }, &code, &message, &seconds))
           c.check(seconds < 0.5 && contains(message, "poisoned"),
                   "a poisoned group fails fast");
+        const StatusCode first = code;
+        if (expectError(c, "control broadcast after the data plane timed out",
+                        [&] { cp->broadcast("x", deadlineAfter(30)); }, &code, &message,
+                        &seconds))
+          c.check(seconds < 0.5 && code == first && contains(message, "failed first"),
+                  "the timeout poisons the whole transport, control plane included");
       }
     } else if (mode == "dead-peer") {
       if (rank == 2) {

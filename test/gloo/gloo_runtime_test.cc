@@ -5,6 +5,7 @@
 #include <tutti/tutti.hpp>
 
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 

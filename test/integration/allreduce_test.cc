@@ -247,8 +247,14 @@ TEST_CASE("allreduce through the C API, every dtype", "[allreduce][c_api]") {
     INFO("tutti_allreduce_async: " << tutti_status_string(s) << " " << tutti_last_error());
     REQUIRE(s == TUTTI_OK);
     CHECK(h != 0);
-    s = tutti_wait(h, kWaitSeconds);
+    tutti_result_t res;
+    res.struct_size = sizeof(res);
+    res.data = &res;  // must be overwritten: allreduce has no Tutti-allocated output
+    s = tutti_wait_result(h, kWaitSeconds, &res);
     CHECK(s == TUTTI_OK);
+    CHECK(res.data == nullptr);
+    CHECK(res.recv_splits == nullptr);
+    CHECK(res.last_joined_rank == -1);
     CHECK(compare(p->expected, p->output.data(), count, p->name) == "");
   }
 }

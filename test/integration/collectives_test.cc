@@ -205,6 +205,8 @@ TEST_CASE("allgather through the C API", "[allgather][c_api]") {
   CHECK(res.shape[1] == 2);
   CHECK(res.nbytes == total * 2 * 4);
   CHECK(compare(expected, res.data, total * 2, "cag") == "");
+  CHECK(res.recv_splits == nullptr);  // alltoall only
+  CHECK(res.last_joined_rank == -1);  // join only
   tutti_free(res.data);
   tutti_free(res.recv_splits);
 }

@@ -78,6 +78,12 @@ Status submitMismatch(const MismatchCase& c, HostTensor& buf, int deviant) {
   } else if (kind == "mm.agdims") {  // allgather: dims after the first must agree
     v.shape = {2, odd ? 18 : 16};
     s = allgatherAsync(c.name, v, o, &h);
+  } else if (kind == "mm.agndim") {  // allgather: a different number of dims
+    v.shape = odd ? std::vector<int64_t>{2, 16, 1} : std::vector<int64_t>{2, 16};
+    s = allgatherAsync(c.name, v, o, &h);
+  } else if (kind == "mm.a2adims") {  // alltoall: dims after the first must agree
+    v.shape = {size(), odd ? 5 : 4};
+    s = alltoallAsync(c.name, v, o, &h);
   } else if (kind == "mm.rsshape") {
     v.shape = {odd ? 9 : 8, 4};
     s = reducescatterAsync(c.name, v, o, &h);
@@ -103,7 +109,7 @@ TEST_CASE("every mismatch kind fails on every rank, and the next op works", "[er
       {"mm.reduceop", "sum", "max"},    {"mm.prescale", "prescale", ""},
       {"mm.postscale", "postscale", ""}, {"mm.root", "root", ""},
       {"mm.optype", "allreduce", "broadcast"}, {"mm.agdims", "shape", ""},
-      {"mm.rsshape", "shape", ""}};
+      {"mm.rsshape", "shape", ""}, {"mm.agndim", "shape", ""}, {"mm.a2adims", "shape", ""}};
   for (const auto& c : cases) {
     for (int deviant : {1, n - 1}) {
       HostTensor buf(DataType::kFloat32, {64});  // room for the largest deviant shape
@@ -225,6 +231,11 @@ TEST_CASE("bad arguments are kInvalidArgument with a last-error text", "[errors]
   Status st = allreduceAsync("bad.outshape", in.view(), out.view(), OpOptions(), &hh);
   if (st.ok()) st = waitFor(hh);
   INFO("output shape differs: " << describe(st));
+  CHECK(st.code() == StatusCode::kInvalidArgument);
+  HostTensor out_i(DataType::kInt32, {4});
+  st = allreduceAsync("bad.outdtype", in.view(), out_i.view(), OpOptions(), &hh);
+  if (st.ok()) st = waitFor(hh);
+  INFO("output dtype differs: " << describe(st));
   CHECK(st.code() == StatusCode::kInvalidArgument);
   CHECK(tutti_wait(0, 1.0) == TUTTI_ERR_INVALID_ARGUMENT);  // 0 is never a handle
   int done = 0;

@@ -4,13 +4,15 @@
 # a world of one. Fails on any build error, a trainer linked to the build tree instead of the
 # install, a non-zero exit, or replicas that do not hold identical weights.
 #
-# usage: example_cpp_test.sh <tutti build dir> <tutti source dir> [<mpiexec>]
-# Without mpiexec (a build without the MPI backend) the two-rank run is left out.
+# usage: example_cpp_test.sh <tutti build dir> <tutti source dir> [<mpiexec> [<tuttirun>]]
+# mpiexec "" or absent (no MPI backend): the mpirun run is left out; with tuttirun the trainer
+# also runs as three ranks over gloo.
 set -euo pipefail
 
 build=$1
 src=$2
 mpiexec=${3:-}
+tuttirun=${4:-}
 work=$(mktemp -d "${TMPDIR:-/tmp}/tutti-example.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 
@@ -72,6 +74,14 @@ if [ -n "$mpiexec" ]; then
   check_run "$work/run2.log" 2
 else
   step "no MPI backend in this build: two-rank run left out"
+fi
+
+if [ -n "$tuttirun" ]; then
+  step "tuttirun -np 3 --gloo trainer"
+  "$tuttirun" -np 3 --gloo "$trainer" --steps 150 > "$work/run3.log" 2>&1 ||
+    { cat "$work/run3.log"; fail "tuttirun -np 3 --gloo trainer"; }
+  cat "$work/run3.log"
+  check_run "$work/run3.log" 3
 fi
 
 step "trainer (pkg-config build) as a world of one"

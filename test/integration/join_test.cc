@@ -13,9 +13,18 @@ using namespace tutti::itest;
 
 namespace {
 
-// One training-like step: a float32 sum and an int32 average over the ranks still active.
-void step(const std::string& tag, int s, const std::vector<int>& steps) {
-  const int me = rank(), n = size();
+std::vector<int> allRanks() {
+  std::vector<int> v;
+  for (int r = 0; r < size(); ++r) v.push_back(r);
+  return v;
+}
+
+// One training-like step in process set `set` (world ranks `members`): a float32 sum and an
+// int32 average over the members still active (steps[world rank] > s).
+void step(const std::string& tag, int s, const std::vector<int>& steps, int set = 0,
+          std::vector<int> members = {}) {
+  if (members.empty()) members = allRanks();
+  const int me = rank(), n = static_cast<int>(members.size());
   const uint64_t seed = 5000 + static_cast<uint64_t>(s);
   HostTensor f(DataType::kFloat32, {5}), fx(DataType::kFloat32, {5});
   HostTensor i(DataType::kInt32, {7}), ix(DataType::kInt32, {7});
@@ -23,7 +32,7 @@ void step(const std::string& tag, int s, const std::vector<int>& steps) {
   fillInput(i, ReduceOp::kAverage, me, seed + 1);
   for (int64_t k = 0; k < 7; ++k) {
     std::vector<double> fs, is;
-    for (int r = 0; r < n; ++r) {
+    for (int r : members) {
       bool active = steps[static_cast<size_t>(r)] > s;  // joined ranks contribute zeros
       fs.push_back(active ? inputValue(DataType::kFloat32, ReduceOp::kSum, r, seed, k) : 0.0);
       is.push_back(active ? inputValue(DataType::kInt32, ReduceOp::kAverage, r, seed + 1, k) : 0.0);
@@ -32,6 +41,7 @@ void step(const std::string& tag, int s, const std::vector<int>& steps) {
     ix.set(k, referenceReduce(DataType::kInt32, ReduceOp::kAverage, is, 1, 1, n));
   }
   OpOptions sum, avg;
+  sum.process_set = avg.process_set = set;
   avg.op = ReduceOp::kAverage;
   Handle hf = 0, hi = 0;
   std::string name = tag + "." + std::to_string(s);
@@ -83,7 +93,8 @@ TEST_CASE("one rank joins early while the others continue", "[join]") {
   for (int early = 0; early < n; ++early) {
     std::vector<int> steps(static_cast<size_t>(n), 3);
     steps[static_cast<size_t>(early)] = 1;
-    int got = runAndJoin("join.b" + std::to_string(early), steps, false);
+    // The same names in every round: cached responses meet ranks that have joined.
+    int got = runAndJoin("join.b", steps, false);
     INFO("rank " << rank() << ": rank " << early << " joined after 1 step, the others after 3");
     if (n == 1) {
       CHECK(got == 0);
@@ -131,4 +142,35 @@ TEST_CASE("allgather, broadcast, alltoall, reducescatter fail with kJoined", "[j
   CHECK(r.last_joined_rank > 0);
   // After everyone joined the runtime is back to normal.
   step("joined.after", 0, std::vector<int>(static_cast<size_t>(n), 1));
+}
+
+TEST_CASE("join inside a process set", "[join][process_set]") {
+  requireInit();
+  const int me = rank(), n = size();
+  if (n < 3) {
+    SUCCEED("needs a set of two ranks besides another rank");
+    return;
+  }
+  std::vector<int> evens;
+  for (int r = 0; r < n; r += 2) evens.push_back(r);
+  int set = -1;
+  REQUIRE(addProcessSet(evens, &set).ok());
+  if (me % 2 == 0) {
+    // Rank 0 runs out of data after 1 step, the other members after 3 (set of 2 ranks).
+    std::vector<int> steps(static_cast<size_t>(n), 3);
+    steps[0] = 1;
+    for (int s = 0; s < steps[static_cast<size_t>(me)]; ++s) step("setjoin", s, steps, set, evens);
+    Handle h = 0;
+    REQUIRE(joinAsync(set, &h).ok());
+    Result r;
+    CHECK(describe(waitFor(h, &r)) == "kOk");
+    INFO("rank " << me << ": last joined in set " << listText(evens) << " (world rank "
+                 << evens.back() << ", set rank " << evens.size() - 1 << "): " << r.last_joined_rank);
+    CHECK(r.last_joined_rank != 0);
+    CHECK((r.last_joined_rank == evens.back() ||
+           r.last_joined_rank == static_cast<int>(evens.size()) - 1));
+  }
+  // Non-members were not held up; everyone meets again globally.
+  step("setjoin.after", 0, std::vector<int>(static_cast<size_t>(n), 1));
+  REQUIRE(removeProcessSet(set).ok());
 }

@@ -37,8 +37,9 @@ bool sameOnEveryRank(int64_t id) {
 
 // Runs allreduce (sum, average), broadcast, allgather, reducescatter, alltoall and a barrier
 // inside `set` (whose world ranks are `members`), all submitted before any wait, together
-// with one global allreduce.
-void exerciseSet(int set, const std::vector<int>& members, const std::string& tag) {
+// with one global allreduce named `global` (the same name on every rank of the job).
+void exerciseSet(int set, const std::vector<int>& members, const std::string& tag,
+                 const std::string& global) {
   const int me = rank();
   const int m = static_cast<int>(members.size());
   const int my_index = static_cast<int>(std::find(members.begin(), members.end(), me) -
@@ -91,10 +92,10 @@ void exerciseSet(int set, const std::vector<int>& members, const std::string& ta
     a2a_x.set(k, inputValue(d, ReduceOp::kSum, members[static_cast<size_t>(k)], seed + 5, my_index));
   // A global allreduce in flight at the same time.
   HostTensor g(DataType::kInt32, {3}), g_x(DataType::kInt32, {3});
-  fillInput(g, ReduceOp::kSum, me, seed + 6);
+  fillInput(g, ReduceOp::kSum, me, 799);
   for (int64_t i = 0; i < 3; ++i) {
     std::vector<double> v;
-    for (int r = 0; r < size(); ++r) v.push_back(inputValue(DataType::kInt32, ReduceOp::kSum, r, seed + 6, i));
+    for (int r = 0; r < size(); ++r) v.push_back(inputValue(DataType::kInt32, ReduceOp::kSum, r, 799, i));
     g_x.set(i, referenceReduce(DataType::kInt32, ReduceOp::kSum, v, 1, 1, size()));
   }
 
@@ -110,7 +111,7 @@ void exerciseSet(int set, const std::vector<int>& members, const std::string& ta
   REQUIRE(reducescatterAsync(tag + ".rs", rs.view(), rso, &h_rs).ok());
   REQUIRE(alltoallAsync(tag + ".a2a", a2a.view(), o, &h_a2a).ok());
   REQUIRE(barrierAsync(set, &h_bar).ok());
-  REQUIRE(allreduceAsync(tag + ".global", g.view(), g.view(), OpOptions(), &h_g).ok());
+  REQUIRE(allreduceAsync(global, g.view(), g.view(), OpOptions(), &h_g).ok());
 
   INFO("rank " << me << " (set rank " << my_index << " of " << m << ", set " << set << ")");
   CHECK(describe(waitFor(h_sum)) == "kOk");
@@ -136,7 +137,7 @@ void exerciseSet(int set, const std::vector<int>& members, const std::string& ta
   std::free(r.data);
   CHECK(describe(waitFor(h_bar)) == "kOk");
   CHECK(describe(waitFor(h_g)) == "kOk");
-  CHECK(compare(g_x, g.data(), 3, tag + ".global") == "");
+  CHECK(compare(g_x, g.data(), 3, global) == "");
 }
 
 }  // namespace
@@ -170,12 +171,12 @@ TEST_CASE("even and odd ranks work in their own sets at once", "[process_set]") 
     CHECK(tutti_process_set_size(odd_set) == static_cast<int>(odds.size()));
   }
 
-  for (int round = 0; round < 2; ++round) {
-    std::string tag = "ps.r" + std::to_string(round);
+  for (int round = 0; round < 8; ++round) {
+    std::string tag = "ps.r" + std::to_string(round % 2);  // names repeat: the cache per set
     if (me % 2 == 0) {
-      exerciseSet(even_set, evens, tag + ".even");
+      exerciseSet(even_set, evens, tag + ".even", tag + ".global");
     } else {
-      exerciseSet(odd_set, odds, tag + ".odd");
+      exerciseSet(odd_set, odds, tag + ".odd", tag + ".global");
     }
   }
 
@@ -225,9 +226,15 @@ TEST_CASE("invalid process set lists are rejected", "[process_set]") {
     CHECK(!s.message().empty());
   }
   if (n >= 2) {
-    Status s = addProcessSet({1, 0}, &id);  // not sorted
+    // Not sorted: the API asks for a sorted list; a runtime may reject it or sort it.
+    Status s = addProcessSet({1, 0}, &id);
     INFO("addProcessSet([1,0]): " << describe(s));
-    CHECK(s.code() == StatusCode::kInvalidArgument);
+    if (s.ok()) {
+      CHECK(listText(processSetRanks(id)) == "[0,1]");
+      CHECK(removeProcessSet(id).ok());
+    } else {
+      CHECK(s.code() == StatusCode::kInvalidArgument);
+    }
   }
   CHECK(tutti_add_process_set(nullptr, 1, &id) == TUTTI_ERR_INVALID_ARGUMENT);
   int zero = 0;
@@ -254,6 +261,82 @@ TEST_CASE("sets registered differently on different ranks fail everywhere", "[pr
   s = addProcessSet({0, 1}, &good);
   INFO("then addProcessSet([0,1]): " << describe(s));
   REQUIRE(s.ok());
-  if (me < 2) exerciseSet(good, {0, 1}, "ps.after");
+  if (me < 2) {
+    exerciseSet(good, {0, 1}, "ps.after", "ps.after.global");
+  } else {
+    HostTensor g(DataType::kInt32, {3});
+    fillInput(g, ReduceOp::kSum, me, 799);
+    Handle h = 0;
+    REQUIRE(allreduceAsync("ps.after.global", g.view(), g.view(), OpOptions(), &h).ok());
+    CHECK(describe(waitFor(h)) == "kOk");
+  }
   REQUIRE(removeProcessSet(good).ok());
+}
+
+TEST_CASE("sets added, used and removed again and again", "[process_set]") {
+  requireInit();
+  const int me = rank(), n = size();
+  std::vector<int> seen;
+  for (int cycle = 0; cycle < 8; ++cycle) {
+    // Alternate between all ranks but the last (when there are two or more) and all ranks.
+    std::vector<int> members;
+    for (int r = 0; r < (n > 1 && cycle % 2 == 0 ? n - 1 : n); ++r) members.push_back(r);
+    int set = -1;
+    Status s = addProcessSet(members, &set);
+    INFO("cycle " << cycle << ": addProcessSet(" << listText(members) << "): " << describe(s));
+    REQUIRE(s.ok());
+    CHECK(std::find(seen.begin(), seen.end(), set) == seen.end());  // ids are not reused
+    seen.push_back(set);
+    if (std::find(members.begin(), members.end(), me) != members.end()) {
+      HostTensor t(DataType::kInt32, {5}), x(DataType::kInt32, {5});
+      fillInput(t, ReduceOp::kSum, me, 1500 + cycle);
+      for (int64_t i = 0; i < 5; ++i) {
+        std::vector<double> v;
+        for (int r : members) v.push_back(inputValue(DataType::kInt32, ReduceOp::kSum, r, 1500 + cycle, i));
+        x.set(i, referenceReduce(DataType::kInt32, ReduceOp::kSum, v, 1, 1, static_cast<int>(members.size())));
+      }
+      OpOptions o;
+      o.process_set = set;
+      Handle h = 0;
+      REQUIRE(allreduceAsync("cycle", t.view(), t.view(), o, &h).ok());
+      CHECK(describe(waitFor(h)) == "kOk");
+      CHECK(compare(x, t.data(), 5, "cycle in set " + std::to_string(set)) == "");
+    }
+    REQUIRE(removeProcessSet(set).ok());
+  }
+}
+
+TEST_CASE("a mismatch inside a set fails its members only", "[process_set][mismatch]") {
+  requireInit();
+  const int me = rank(), n = size();
+  if (n < 3) {
+    SUCCEED("needs a set of two ranks and a rank outside it");
+    return;
+  }
+  int set = -1;
+  REQUIRE(addProcessSet({0, 1}, &set).ok());
+  HostTensor t(DataType::kFloat32, {8});
+  t.fill(1.0);
+  Handle h = 0;
+  if (me < 2) {
+    TensorView v = t.view();
+    if (me == 1) v.shape = {7};
+    OpOptions o;
+    o.process_set = set;
+    REQUIRE(allreduceAsync("setmm", v, v, o, &h).ok());
+    Status s = waitFor(h);
+    INFO("rank " << me << " in set [0,1], rank 1 deviates: " << describe(s));
+    CHECK(s.code() == StatusCode::kMismatch);
+    CHECK(s.message().find("setmm") != std::string::npos);
+  } else {
+    CHECK(processSetRank(set) == -1);
+  }
+  // Everyone continues with a correct global op.
+  HostTensor g(DataType::kInt32, {2}), gx(DataType::kInt32, {2});
+  g.fill(me);
+  gx.fill(n * (n - 1) / 2);
+  REQUIRE(allreduceAsync("setmm.after", g.view(), g.view(), OpOptions(), &h).ok());
+  CHECK(describe(waitFor(h)) == "kOk");
+  CHECK(compare(gx, g.data(), 2, "setmm.after") == "");
+  REQUIRE(removeProcessSet(set).ok());
 }

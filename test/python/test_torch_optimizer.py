@@ -247,3 +247,28 @@ def test_allreduce_with_fp16_compression(rank, size):
     ints = torch.arange(4)
     assert torch.equal(hvd.allreduce(ints, name="opt.fp16.int", op=hvd.Sum,
                                      compression=hvd.Compression.fp16), ints * size)
+
+
+def test_allreduces_start_during_backward(rank, size):
+    model = make_model()
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   named_parameters=model.named_parameters())
+    last_layer = set(model[2].parameters())
+    started_before_first_layer = []
+
+    def record(grad):
+        # Runs when the gradient reaches the first layer's output: the last layer's
+        # gradients are final by then and their allreduces must already be in flight.
+        started_before_first_layer.extend(
+            p for p, (handle, _) in opt._handles.items() if handle is not None)
+        return grad
+
+    x, y = batch(rank)
+    hidden = model[0](x)
+    hidden.register_hook(record)
+    loss = torch.nn.functional.mse_loss(model[2](model[1](hidden)), y)
+    loss.backward()
+    assert set(started_before_first_layer) == last_layer
+    assert all(h is not None for h, _ in opt._handles.values())
+    opt.step()
+    assert_params(model, reference_params(size))

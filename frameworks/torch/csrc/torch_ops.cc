@@ -9,6 +9,7 @@
 // Thread-safety: every function is called with the GIL held; the only code that runs on
 // Tutti's background thread is an OutputAllocator, which touches no Python object.
 #include <torch/extension.h>
+#include <torch/version.h>
 
 #include <tutti/tutti.hpp>
 
@@ -85,11 +86,15 @@ DataType toDataType(at::ScalarType type) {
     case at::kFloat: return DataType::kFloat32;
     case at::kDouble: return DataType::kFloat64;
     case at::kBool: return DataType::kBool;
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
+    case at::kUInt16: return DataType::kUInt16;  // torch.uint16 exists from PyTorch 2.3
+#endif
     default:
       throw StatusError(StatusCode::kUnsupported,
                         std::string("tutti.torch: tensor dtype ") + c10::toString(type) +
                             " is not supported (expected one of uint8, int8, int16, int32, "
-                            "int64, float16, bfloat16, float32, float64, bool)");
+                            "int64, float16, bfloat16, float32, float64, bool, and uint16 "
+                            "from PyTorch 2.3)");
   }
 }
 

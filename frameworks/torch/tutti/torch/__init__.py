@@ -10,21 +10,37 @@ See docs/pytorch.md.
 
 import torch  # noqa: F401  (loads libtorch before the extension)
 
-from tutti.torch.basics import (  # noqa: F401
+from tutti.torch.basics import (
     DuplicateNameError, HorovodInternalError, ProcessSet, TuttiError, TuttiTimeoutError,
     TuttiValueError, add_process_set, ccl_built, cpu_backend, cross_rank, cross_size,
     cuda_built, ddl_built, global_process_set, gloo_built, gloo_enabled, init,
     is_homogeneous, is_initialized, local_rank, local_size, mpi_built, mpi_enabled,
     mpi_threads_supported, nccl_built, nccl_enabled, rank, remove_process_set, rocm_built,
     shutdown, size)
-from tutti.torch.compression import Compression  # noqa: F401
-from tutti.torch.mpi_ops import (  # noqa: F401
+from tutti.torch.compression import Compression
+from tutti.torch.mpi_ops import (
     Adasum, Average, Handle, Max, Min, Product, Sum, allgather_async, allreduce_,
     allreduce_async, allreduce_async_, alltoall_async, barrier, broadcast_, broadcast_async,
     broadcast_async_, grouped_allreduce_, grouped_allreduce_async, grouped_allreduce_async_,
     join, poll, reducescatter_async, synchronize)
-from tutti.torch.autograd import (  # noqa: F401
+from tutti.torch.autograd import (
     allgather, allreduce, alltoall, broadcast, grouped_allreduce, reducescatter)
-from tutti.torch.functions import (  # noqa: F401
+from tutti.torch.functions import (
     allgather_object, broadcast_object, broadcast_optimizer_state, broadcast_parameters)
-from tutti.torch.optimizer import DistributedOptimizer  # noqa: F401
+from tutti.torch.optimizer import DistributedOptimizer
+
+__all__ = [
+    "Adasum", "add_process_set", "allgather", "allgather_async", "allgather_object",
+    "allreduce", "allreduce_", "allreduce_async", "allreduce_async_", "alltoall",
+    "alltoall_async", "Average", "barrier", "broadcast", "broadcast_", "broadcast_async",
+    "broadcast_async_", "broadcast_object", "broadcast_optimizer_state",
+    "broadcast_parameters", "ccl_built", "Compression", "cpu_backend", "cross_rank",
+    "cross_size", "cuda_built", "ddl_built", "DistributedOptimizer", "DuplicateNameError",
+    "global_process_set", "gloo_built", "gloo_enabled", "grouped_allreduce",
+    "grouped_allreduce_", "grouped_allreduce_async", "grouped_allreduce_async_", "Handle",
+    "HorovodInternalError", "init", "is_homogeneous", "is_initialized", "join", "local_rank",
+    "local_size", "Max", "Min", "mpi_built", "mpi_enabled", "mpi_threads_supported",
+    "nccl_built", "nccl_enabled", "poll", "ProcessSet", "Product", "rank", "reducescatter",
+    "reducescatter_async", "remove_process_set", "rocm_built", "shutdown", "size", "Sum",
+    "synchronize", "TuttiError", "TuttiTimeoutError", "TuttiValueError",
+]
