@@ -76,6 +76,11 @@ class MpiMember {
   int rank_ = 0, size_ = 1;
 };
 
+// From this size on, allreduce uses the blocking MPI_Allreduce under a watchdog: Open MPI's
+// tuned blocking algorithms beat its non-blocking (libnbc) ones by up to 2x here, while
+// small ones keep the non-blocking path, whose waits can be interrupted by abort().
+constexpr int64_t kBlockingAllreduceBytes = 64 << 10;
+
 class MpiBackend : public Backend, private MpiMember {
  public:
   using MpiMember::MpiMember;
@@ -97,6 +102,14 @@ class MpiBackend : public Backend, private MpiMember {
     for (int64_t off = 0; off < n; off += chunk) {
       int pieces = static_cast<int>(std::min(chunk, n - off));
       const void* src = in == out ? MPI_IN_PLACE : at(in, off, esz);
+      if (pieces * esz >= kBlockingAllreduceBytes) {
+        info_.poison->throwIfPoisoned();
+        info_.shared->runWithWatchdog(deadline, what, [&] {
+          check(MPI_Allreduce(src, at(out, off, esz), pieces, type, mpi_op, info_.comm),
+                "MPI_Allreduce", what);
+        });
+        continue;
+      }
       MPI_Request request = MPI_REQUEST_NULL;
       check(MPI_Iallreduce(src, at(out, off, esz), pieces, type, mpi_op, info_.comm, &request),
             "MPI_Iallreduce", what);

@@ -56,7 +56,45 @@ MpiShared::MpiShared(int64_t max_message_elements)
   makeOps<DataType::kBFloat16>(bfloat_ops_);
 }
 
+void MpiShared::runWithWatchdog(Deadline deadline, const std::string& what,
+                                const std::function<void()>& call) {
+  {
+    std::lock_guard<std::mutex> lock(watch_mu_);
+    if (!watchdog_.joinable()) watchdog_ = std::thread([this] { watch(); });
+    armed_ = true;
+    armed_deadline_ = deadline;
+    armed_what_ = what;
+  }
+  watch_cv_.notify_all();
+  call();
+  std::lock_guard<std::mutex> lock(watch_mu_);
+  armed_ = false;
+}
+
+void MpiShared::watch() {
+  std::unique_lock<std::mutex> lock(watch_mu_);
+  while (!watch_stop_) {
+    if (!armed_) {
+      watch_cv_.wait(lock);
+      continue;
+    }
+    Deadline deadline = armed_deadline_;
+    if (watch_cv_.wait_until(lock, deadline, [&] { return watch_stop_ || !armed_ || armed_deadline_ != deadline; }))
+      continue;
+    std::fprintf(stderr, "%s: timed out; a blocking MPI collective cannot be cancelled, so "
+                         "the job is aborted (MPI_Abort)\n", armed_what_.c_str());
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 124);
+  }
+}
+
 MpiShared::~MpiShared() {
+  {
+    std::lock_guard<std::mutex> lock(watch_mu_);
+    watch_stop_ = true;
+  }
+  watch_cv_.notify_all();
+  if (watchdog_.joinable()) watchdog_.join();
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (finalized) return;
