@@ -3,7 +3,7 @@
 // the handle table and the background thread. No global state: the C/C++ API holds the
 // one Runtime. Public methods are thread-safe.
 //
-// The background thread runs rounds. One round:
+// The background thread runs rounds (core/runtime_round.cc). One round:
 //   1. Wait: not at all when this rank has new work or the last round had new work
 //      anywhere and this rank still has work in flight; otherwise until work is enqueued,
 //      or for the idle time (TUTTI_CYCLE_TIME_MS, doubling up to 32x while the job is idle),

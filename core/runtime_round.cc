@@ -1,0 +1,220 @@
+// The background thread's round (see runtime.h, steps 2-5): the bit vector, cache hits,
+// negotiation, fusion and execution, and rank 0's stall checks.
+#include "core/logging.h"
+#include "core/runtime.h"
+
+#include <algorithm>
+
+namespace tutti {
+namespace {
+
+bool bitSet(const std::vector<uint64_t>& bits, size_t i) { return (bits[i / 64] >> (i % 64)) & 1u; }
+void clearBit(std::vector<uint64_t>& bits, size_t i) { bits[i / 64] &= ~(uint64_t(1) << (i % 64)); }
+
+}  // namespace
+
+namespace {
+
+// Where a set's bits sit in the round's AND-allreduce: bit 0 "not shutting down", then per
+// set "no new requests" and "nobody joined", then per set two word-aligned sections with a
+// bit per cache slot: "I hold this cached op" and "this slot is still valid" (a rank clears
+// the latter when it sees the slot's name with another signature).
+struct BitLayout {
+  BitLayout(size_t nsets, int64_t capacity) {
+    size_t words = (1 + 2 * nsets + 63) / 64;
+    section_words = static_cast<size_t>((capacity + 63) / 64);
+    for (size_t i = 0; i < nsets; ++i) {
+      hits.push_back((words + 2 * i * section_words) * 64);
+      valid.push_back((words + (2 * i + 1) * section_words) * 64);
+    }
+    total_words = words + 2 * nsets * section_words;
+  }
+  size_t noNew(size_t set) const { return 1 + 2 * set; }
+  size_t noJoin(size_t set) const { return 2 + 2 * set; }
+  size_t hit(size_t set, int slot) const { return hits[set] + static_cast<size_t>(slot); }
+  size_t validSlot(size_t set, int slot) const { return valid[set] + static_cast<size_t>(slot); }
+  size_t section_words, total_words;
+  std::vector<size_t> hits, valid;
+};
+
+void setBit(std::vector<uint64_t>& bits, size_t i) { bits[i / 64] |= uint64_t(1) << (i % 64); }
+
+// Moves the set's waiting hits for which `drop(hit)` holds into `out`.
+template <typename Drop>
+void dropHits(ProcessSet& set, std::vector<Request>& out, Drop drop) {
+  std::vector<CacheHit> kept;
+  for (auto& hit : set.hits) {
+    if (drop(hit))
+      out.push_back(std::move(hit.request));
+    else
+      kept.push_back(std::move(hit));
+  }
+  set.hits.swap(kept);
+}
+
+// A hit that waits this long goes to full negotiation, where rank 0's stall inspector sees
+// it (a hit alone is invisible to the coordinator).
+constexpr std::chrono::seconds kHitPatience(1);
+
+}  // namespace
+
+bool Runtime::runRound(bool* had_work) {
+  std::vector<std::shared_ptr<ProcessSet>> sets;
+  {
+    std::lock_guard<std::mutex> lock(sets_mu_);
+    for (auto& kv : sets_) sets.push_back(kv.second);
+  }
+  bool shutting_down;
+  {
+    std::lock_guard<std::mutex> lock(wake_mu_);
+    shutting_down = shutdown_requested_;
+  }
+  // 1-2. Sort this rank's new requests into cache hits and misses; build the bit vector.
+  BitLayout layout(sets.size(), config_.cache_capacity);
+  std::vector<uint64_t> bits(layout.total_words, ~uint64_t(0));
+  if (shutting_down) clearBit(bits, 0);
+  std::vector<std::vector<Request>> misses(sets.size());
+  std::vector<std::string> stall(sets.size());
+  for (size_t i = 0; i < sets.size(); ++i) {
+    ProcessSet& set = *sets[i];
+    if (!set.member()) continue;
+    misses[i].swap(set.demoted);
+    const auto now = Clock::now();
+    dropHits(set, misses[i], [&](const CacheHit& h) { return now - h.since > kHitPatience; });
+    for (auto& q : set.queue.popNew()) {
+      if (q.op == OpType::kJoin) set.joined = true;
+      int slot = set.cache.lookup(q);
+      if (slot >= 0) {
+        set.hits.push_back(CacheHit{slot, std::move(q), now});
+        continue;
+      }
+      int stale = set.cache.slotOfName(q.name);
+      if (stale >= 0) clearBit(bits, layout.validSlot(i, stale));
+      misses[i].push_back(std::move(q));
+    }
+    if (set.rank == 0) stall[i] = checkStalls(set);
+    if (!misses[i].empty() || !stall[i].empty()) clearBit(bits, layout.noNew(i));
+    if (set.joined) clearBit(bits, layout.noJoin(i));
+    for (size_t w = 0; w < layout.section_words; ++w) bits[layout.hits[i] / 64 + w] = 0;
+    for (const auto& hit : set.hits) setBit(bits, layout.hit(i, hit.slot));
+  }
+  sets[0]->control->allreduceAnd(bits, deadlineAfter(config_.timeout_seconds));
+
+  // 3-4. Cached ops every member holds, then negotiation, then execution, set by set.
+  *had_work = false;
+  for (size_t i = 0; i < sets.size(); ++i) {
+    ProcessSet& set = *sets[i];
+    if (!set.member()) continue;
+    const bool someone_joined = !bitSet(bits, layout.noJoin(i));
+    std::vector<Response> responses;
+    std::vector<int> ready;
+    if (someone_joined) {  // the coordinator must see every request while a rank is joined
+      dropHits(set, misses[i], [](const CacheHit&) { return true; });
+    } else {
+      // A slot some rank found stale: every member negotiates its waiting hits in full.
+      std::vector<int> invalid;
+      for (int slot = 0; slot < set.cache.capacity(); ++slot)
+        if (!bitSet(bits, layout.validSlot(i, slot))) invalid.push_back(slot);
+      for (int slot : invalid) {
+        dropHits(set, misses[i], [slot](const CacheHit& h) { return h.slot == slot; });
+        set.cache.erase(slot);
+      }
+      for (int slot = 0; slot < set.cache.capacity(); ++slot)
+        if (bitSet(bits, layout.hit(i, slot)) && bitSet(bits, layout.validSlot(i, slot)))
+          ready.push_back(slot);
+      for (int slot : ready) responses.push_back(set.cache.response(slot));
+      std::vector<Request> ignored;  // their entries run from the cached responses
+      dropHits(set, ignored, [&](const CacheHit& h) {
+        return std::binary_search(ready.begin(), ready.end(), h.slot);
+      });
+    }
+    const bool negotiates = !bitSet(bits, layout.noNew(i)) || someone_joined;
+    if (!negotiates && ready.empty()) continue;
+    *had_work = true;
+    size_t first_negotiated = responses.size();
+    if (negotiates) {
+      std::string fatal = stall[i];
+      negotiate(set, std::move(misses[i]), !stall[i].empty(), &responses, &fatal);
+      if (!fatal.empty()) throwError(StatusCode::kTimeout, fatal);
+    }
+    // The cache learns this round's agreements, in agreed order, before execution takes the
+    // entries (every member holds an identical request for each). A hit still waiting for
+    // a slot that gets replaced is negotiated in full next round.
+    if (!someone_joined) {
+      for (int slot : ready) set.cache.touch(slot);
+      for (size_t k = first_negotiated; k < responses.size(); ++k) {
+        const Response& r = responses[k];
+        if (r.type != ResponseType::kOp || r.names.size() != 1) continue;
+        auto q = set.queue.peek(r.names[0]);
+        if (!q) continue;
+        int replaced = set.cache.put(*q, r);
+        if (replaced >= 0)
+          dropHits(set, set.demoted, [replaced](const CacheHit& h) { return h.slot == replaced; });
+      }
+    }
+    for (const auto& response : planFusion(std::move(responses), config_.fusion_threshold)) {
+      if (response.op == OpType::kAddProcessSet || response.op == OpType::kRemoveProcessSet)
+        applySetChange(response);
+      else
+        executor_.run(response, set);
+      if (response.op == OpType::kJoin) set.joined = false;
+    }
+  }
+  for (auto& set : sets)
+    if (set->member() && !set->demoted.empty()) *had_work = true;  // negotiate them at once
+  // 5. Shutdown: every rank learns it in the same round.
+  if (!bitSet(bits, 0)) {
+    stop(Status(StatusCode::kAborted,
+                shutting_down ? "Tutti was shut down"
+                              : "Tutti was shut down: another rank called shutdown"));
+    return false;
+  }
+  return true;
+}
+
+void Runtime::negotiate(ProcessSet& set, std::vector<Request> mine, bool stall_fatal_root,
+                        std::vector<Response>* responses, std::string* fatal) {
+  RequestList list;
+  list.requests = std::move(mine);
+  Deadline deadline = deadlineAfter(config_.timeout_seconds);
+  std::vector<std::string> gathered = set.control->gather(serialize(list), deadline);
+  std::string answer;
+  if (set.rank == 0) {
+    auto now = Clock::now();
+    for (int r = 0; r < set.size(); ++r)
+      set.coordinator.addRequests(r, parseRequestList(gathered[r]).requests, now);
+    ResponseList out;
+    out.responses = set.coordinator.takeReady();
+    if (stall_fatal_root) out.fatal_error = *fatal;
+    answer = serialize(out);
+  }
+  ResponseList in = parseResponseList(set.control->broadcast(answer, deadline));
+  *fatal = in.fatal_error;
+  for (auto& r : in.responses) responses->push_back(std::move(r));
+}
+
+std::string Runtime::checkStalls(ProcessSet& set) {
+  if (config_.stall_check_disable || !set.coordinator.hasPending()) return "";
+  double warn_after = config_.stall_check_seconds;
+  double stop_after = config_.stall_shutdown_seconds;
+  auto now = Clock::now();
+  for (const auto& stall : set.coordinator.stalled(now, warn_after)) {
+    std::string what = std::string(opTypeName(stall.op)) + " '" + stall.name +
+                       "' (process set " + std::to_string(set.id) + ") has waited " +
+                       std::to_string(static_cast<int>(stall.waited_seconds)) +
+                       " s for rank(s) " + joinInts(stall.missing_ranks);
+    if (stop_after > 0 && stall.waited_seconds >= stop_after)
+      return "stall shutdown: " + what + " (TUTTI_STALL_SHUTDOWN_TIME_SECONDS=" +
+             std::to_string(stop_after) + ")";
+    auto& warned = stall_warned_[stall.name];
+    if (now - warned >= std::chrono::duration<double>(warn_after)) {
+      warned = now;
+      TUTTI_LOG(kWarning) << "stall: " << what
+                          << "; those ranks have not submitted it (different names, order of "
+                             "ops, or a rank stopped early?)";
+    }
+  }
+  return "";
+}
+
+}  // namespace tutti
