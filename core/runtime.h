@@ -3,18 +3,22 @@
 // the handle table and the background thread. No global state: the C/C++ API holds the
 // one Runtime. Public methods are thread-safe.
 //
-// The background thread runs rounds (core/runtime_round.cc). One round:
-//   1. Wait: not at all when this rank has new work or the last round had new work
+// The background thread runs rounds (core/runtime_round.cc; docs/architecture.md has the
+// long form). One round:
+//   1. Wait: not at all when this rank has new work, or the last round had new work
 //      anywhere and this rank still has work in flight; otherwise until work is enqueued,
 //      or for the idle time (TUTTI_CYCLE_TIME_MS, doubling up to 32x while the job is idle),
-//      so that ranks with nothing to do still join rounds others started.
-//   2. AND-allreduce on the global set of one bit vector: bit 0 "not shutting down", bit
-//      1+i "no new requests for process set i" (non-members send 1).
-//   3. For each process set, in id order, whose bit came back 0: its members gather their
-//      new requests at the set's rank 0, which decides (Coordinator) and broadcasts the
-//      ordered responses.
-//   4. Every member plans fusion over the responses (pure, so identical everywhere) and
-//      executes them in order; add/remove process set responses change the set table.
+//      so that ranks with nothing to do still join rounds others started. A burst of
+//      submissions is let finish (coalesceBurst) so that it is negotiated in one round.
+//   2. AND-allreduce on the global set of one bit vector: bit 0 "not shutting down"; per
+//      process set "no new requests" and "nobody joined"; per set one bit per response
+//      cache slot "I hold this cached op" and one "this slot is still valid".
+//   3. Cached ops held by every member are ready at once. For each process set, in id
+//      order, with new requests (or a joined rank): its members gather their requests at
+//      the set's rank 0, which decides (Coordinator) and broadcasts the ordered responses.
+//   4. The cache learns the new responses; every member plans fusion over the ready
+//      responses (pure, so identical everywhere) and executes them in order; add/remove
+//      process set responses change the set table.
 //   5. If bit 0 came back 0, every rank stops: open handles fail with a shutdown error.
 // A backend error or timeout is fatal: it is recorded (sticky), every open handle fails
 // with it, the backends are aborted and the thread exits.
