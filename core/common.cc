@@ -1,5 +1,6 @@
 #include "core/common.h"
 
+#include <iomanip>
 #include <sstream>
 
 namespace tutti {
@@ -95,6 +96,12 @@ std::string shapeString(const std::vector<int64_t>& shape) {
   out << '[';
   for (size_t i = 0; i < shape.size(); ++i) out << (i ? "," : "") << shape[i];
   out << ']';
+  return out.str();
+}
+
+std::string secondsText(double seconds) {
+  std::ostringstream out;
+  out << std::setprecision(seconds < 10 ? 2 : 6) << seconds;
   return out.str();
 }
 

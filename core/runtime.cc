@@ -146,7 +146,7 @@ Status Runtime::wait(Handle handle, double timeout_seconds, Result* result) {
     if (timeout_seconds < 0)
       return Status(StatusCode::kTimeout, "handle " + std::to_string(handle) +
                                               ": not finished after TUTTI_TIMEOUT_SECONDS=" +
-                                              std::to_string(config_.timeout_seconds));
+                                              secondsText(config_.timeout_seconds));
     return status;
   }
   if (result) *result = std::move(state->result);

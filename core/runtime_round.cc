@@ -201,11 +201,11 @@ std::string Runtime::checkStalls(ProcessSet& set) {
   for (const auto& stall : set.coordinator.stalled(now, warn_after)) {
     std::string what = std::string(opTypeName(stall.op)) + " '" + stall.name +
                        "' (process set " + std::to_string(set.id) + ") has waited " +
-                       std::to_string(static_cast<int>(stall.waited_seconds)) +
+                       secondsText(stall.waited_seconds) +
                        " s for rank(s) " + joinInts(stall.missing_ranks);
     if (stop_after > 0 && stall.waited_seconds >= stop_after)
       return "stall shutdown: " + what + " (TUTTI_STALL_SHUTDOWN_TIME_SECONDS=" +
-             std::to_string(stop_after) + ")";
+             secondsText(stop_after) + ")";
     auto& warned = stall_warned_[stall.name];
     if (now - warned >= std::chrono::duration<double>(warn_after)) {
       warned = now;

@@ -232,3 +232,32 @@ TEST_CASE("a cached op one rank submits late still completes (its hit waits, the
   }, failures);
   CHECK(failures.summary() == "0 failure(s)");
 }
+
+TEST_CASE("a stalled tensor stops the job on every rank with a message naming it and the missing rank") {
+  Failures failures;
+  runRanks(2, [](RankContext& c) {
+    std::vector<float> x(2, 1.0f);
+    Status s;
+    if (c.rank == 0) {
+      s = runOne(c.rt, makeTestEntry(OpType::kAllreduce, "only.rank0", {2}, DataType::kFloat32, x.data(), x.data()));
+    } else {
+      auto deadline = Clock::now() + std::chrono::seconds(20);
+      while (c.rt.stoppedStatus().ok() && Clock::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      s = c.rt.stoppedStatus();
+    }
+    if (s.code() != StatusCode::kTimeout) c.fail("expected a timeout, got: " + s.message());
+    if (s.message().find("stall shutdown: allreduce 'only.rank0' (process set 0) has waited") == std::string::npos ||
+        s.message().find("for rank(s) 1") == std::string::npos)
+      c.fail("message: " + s.message());
+    // Sticky: every later call reports the same error.
+    Handle h;
+    Status later = submitOne(c.rt, makeTestEntry(OpType::kAllreduce, "later", {2}, DataType::kFloat32, x.data(), x.data()), &h);
+    if (later.message() != s.message()) c.fail("not sticky: " + later.message());
+  }, failures, [](Config& config) {
+    config.stall_check_disable = false;
+    config.stall_check_seconds = 0.2;
+    config.stall_shutdown_seconds = 0.5;
+  });
+  CHECK(failures.summary() == "0 failure(s)");
+}
