@@ -58,31 +58,41 @@ MpiShared::MpiShared(int64_t max_message_elements)
 
 void MpiShared::runWithWatchdog(Deadline deadline, const std::string& what,
                                 const std::function<void()>& call) {
+  uint64_t id;
   {
     std::lock_guard<std::mutex> lock(watch_mu_);
     if (!watchdog_.joinable()) watchdog_ = std::thread([this] { watch(); });
-    armed_ = true;
-    armed_deadline_ = deadline;
-    armed_what_ = what;
+    id = next_watch_++;
+    armed_[id] = {deadline, what};
   }
   watch_cv_.notify_all();
+  struct Disarm {
+    MpiShared* self;
+    uint64_t id;
+    ~Disarm() {
+      std::lock_guard<std::mutex> lock(self->watch_mu_);
+      self->armed_.erase(id);
+    }
+  } disarm{this, id};
   call();
-  std::lock_guard<std::mutex> lock(watch_mu_);
-  armed_ = false;
 }
 
 void MpiShared::watch() {
   std::unique_lock<std::mutex> lock(watch_mu_);
   while (!watch_stop_) {
-    if (!armed_) {
+    if (armed_.empty()) {
       watch_cv_.wait(lock);
       continue;
     }
-    Deadline deadline = armed_deadline_;
-    if (watch_cv_.wait_until(lock, deadline, [&] { return watch_stop_ || !armed_ || armed_deadline_ != deadline; }))
-      continue;
-    std::fprintf(stderr, "%s: timed out; a blocking MPI collective cannot be cancelled, so "
-                         "the job is aborted (MPI_Abort)\n", armed_what_.c_str());
+    auto first = armed_.begin();
+    for (auto it = armed_.begin(); it != armed_.end(); ++it)
+      if (it->second.first < first->second.first) first = it;
+    if (Clock::now() < first->second.first) {
+      watch_cv_.wait_until(lock, first->second.first);
+      continue;  // re-examine: calls may have finished or started meanwhile
+    }
+    std::fprintf(stderr, "%s: timed out; a blocking MPI call cannot be cancelled, so the job "
+                         "is aborted (MPI_Abort)\n", first->second.second.c_str());
     std::fflush(stderr);
     MPI_Abort(MPI_COMM_WORLD, 124);
   }
@@ -257,8 +267,6 @@ MPI_Comm makeGroupComm(const std::vector<int>& ranks, int id, int kind, Deadline
     checkMpi(MPI_Comm_idup(MPI_COMM_WORLD, &comm, &request), "MPI_Comm_idup", what);
     waitRequest(request, deadline, Clock::now(), what, poison, shared);
   } else {
-    // MPI_Comm_create_group has no non-blocking form: it waits for the members without
-    // a deadline (they all reach it right after agreeing on the process set).
     int* tag_ub = nullptr;
     int found = 0;
     checkMpi(MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &tag_ub, &found),
@@ -270,7 +278,11 @@ MPI_Comm makeGroupComm(const std::vector<int>& ranks, int id, int kind, Deadline
     int rc = MPI_Group_incl(world_group, static_cast<int>(ranks.size()), ranks.data(), &group);
     MPI_Group_free(&world_group);
     checkMpi(rc, "MPI_Group_incl", what);
-    rc = MPI_Comm_create_group(MPI_COMM_WORLD, group, tag, &comm);
+    // No non-blocking form: the watchdog bounds it (the members reach it right after
+    // agreeing on the process set, so it normally returns at once).
+    shared.runWithWatchdog(deadline, what, [&] {
+      rc = MPI_Comm_create_group(MPI_COMM_WORLD, group, tag, &comm);
+    });
     MPI_Group_free(&group);
     checkMpi(rc, "MPI_Comm_create_group", what);
   }

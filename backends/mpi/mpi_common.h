@@ -12,6 +12,7 @@
 #include <climits>
 #include <condition_variable>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -49,7 +50,8 @@ class MpiShared {
   // Runs a blocking MPI call under a watchdog: MPI cannot cancel a blocking collective, so
   // if `deadline` passes first the watchdog reports `what` on stderr and aborts the job
   // (MPI_Abort), so that no rank hangs. For large allreduces, where Open MPI's tuned
-  // blocking algorithms are markedly faster than its non-blocking ones.
+  // blocking algorithms are markedly faster than its non-blocking ones, and for
+  // MPI_Comm_create_group, which has no non-blocking form. Any thread may call it.
   void runWithWatchdog(Deadline deadline, const std::string& what,
                        const std::function<void()>& call);
 
@@ -64,9 +66,9 @@ class MpiShared {
   // Watchdog of runWithWatchdog (started on first use).
   std::mutex watch_mu_;
   std::condition_variable watch_cv_;
-  bool watch_stop_ = false, armed_ = false;
-  Deadline armed_deadline_;
-  std::string armed_what_;
+  bool watch_stop_ = false;
+  uint64_t next_watch_ = 0;
+  std::map<uint64_t, std::pair<Deadline, std::string>> armed_;  // calls in progress
   std::thread watchdog_;
 };
 
