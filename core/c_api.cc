@@ -56,8 +56,7 @@ bool toView(const char* what, const tutti_tensor_t* t, tutti::TensorView* view) 
   return true;
 }
 
-tutti::OpOptions toOptions(const tutti_op_options_t* o, tutti_handle_t* handle_for_callback) {
-  (void)handle_for_callback;
+tutti::OpOptions toOptions(const tutti_op_options_t* o) {
   tutti::OpOptions options;
   if (o == nullptr) return options;
   options.op = static_cast<tutti::ReduceOp>(o->op);
@@ -172,7 +171,7 @@ tutti_status_t tutti_allreduce_tensor_async(const char* name, const tutti_tensor
   tutti::TensorView in, out;
   if (!toView("allreduce", input, &in) || !toView("allreduce", output, &out)) return static_cast<tutti_status_t>(TUTTI_ERR_INVALID_ARGUMENT);
   if (options && !tutti::isValidReduceOp(options->op)) return invalid("allreduce '" + nameOf(name) + "': op " + std::to_string(options->op) + " is not a tutti_reduce_op_t");
-  return guarded([&] { return tutti::allreduceAsync(nameOf(name), in, out, toOptions(options, handle), handle); });
+  return guarded([&] { return tutti::allreduceAsync(nameOf(name), in, out, toOptions(options), handle); });
 }
 
 tutti_status_t tutti_grouped_allreduce_async(const char* const* names, const tutti_tensor_t* inputs,
@@ -189,7 +188,7 @@ tutti_status_t tutti_grouped_allreduce_async(const char* const* names, const tut
       return static_cast<tutti_status_t>(TUTTI_ERR_INVALID_ARGUMENT);
   }
   if (options && !tutti::isValidReduceOp(options->op)) return invalid("grouped_allreduce: op " + std::to_string(options->op) + " is not a tutti_reduce_op_t");
-  return guarded([&] { return tutti::groupedAllreduceAsync(n, in, out, toOptions(options, handle), handle); });
+  return guarded([&] { return tutti::groupedAllreduceAsync(n, in, out, toOptions(options), handle); });
 }
 
 tutti_status_t tutti_broadcast_tensor_async(const char* name, tutti_tensor_t* buffer,
@@ -197,7 +196,7 @@ tutti_status_t tutti_broadcast_tensor_async(const char* name, tutti_tensor_t* bu
                                             tutti_handle_t* handle) {
   tutti::TensorView v;
   if (!toView("broadcast", buffer, &v)) return static_cast<tutti_status_t>(TUTTI_ERR_INVALID_ARGUMENT);
-  return guarded([&] { return tutti::broadcastAsync(nameOf(name), v, toOptions(options, handle), handle); });
+  return guarded([&] { return tutti::broadcastAsync(nameOf(name), v, toOptions(options), handle); });
 }
 
 #define TUTTI_C_OUTPUT_OP(cname, cppname, label)                                             \
@@ -208,7 +207,7 @@ tutti_status_t tutti_broadcast_tensor_async(const char* name, tutti_tensor_t* bu
     if (options && !tutti::isValidReduceOp(options->op))                                     \
       return invalid(std::string(label) + " '" + nameOf(name) + "': op " +                   \
                      std::to_string(options->op) + " is not a tutti_reduce_op_t");           \
-    return guarded([&] { return tutti::cppname(nameOf(name), v, toOptions(options, handle), handle); }); \
+    return guarded([&] { return tutti::cppname(nameOf(name), v, toOptions(options), handle); }); \
   }
 TUTTI_C_OUTPUT_OP(tutti_allgather_async, allgatherAsync, "allgather")
 TUTTI_C_OUTPUT_OP(tutti_alltoall_async, alltoallAsync, "alltoall")

@@ -99,6 +99,12 @@ std::string shapeString(const std::vector<int64_t>& shape) {
   return out.str();
 }
 
+int64_t shapeElements(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
 std::string secondsText(double seconds) {
   std::ostringstream out;
   out << std::setprecision(seconds < 10 ? 2 : 6) << seconds;

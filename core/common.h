@@ -53,6 +53,7 @@ bool isValidDataType(int dtype);
 bool isValidReduceOp(int op);
 
 std::string shapeString(const std::vector<int64_t>& shape);  // "[4,8]"
+int64_t shapeElements(const std::vector<int64_t>& shape);   // product; 1 for []
 std::string secondsText(double seconds);                      // "0.5", "120"
 std::string joinInts(const std::vector<int>& values);           // "0, 2, 3"
 

@@ -5,12 +5,6 @@
 namespace tutti {
 namespace {
 
-int64_t numel(const std::vector<int64_t>& shape) {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
-}
-
 std::string describe(const Request& q) { return std::string(opTypeName(q.op)) + " '" + q.name + "'"; }
 
 template <typename T>
@@ -176,7 +170,7 @@ Response Coordinator::build(const std::string& name, const Pending& p) const {
     case OpType::kAllreduce:
     case OpType::kReducescatter:
     case OpType::kBroadcast:
-      r.counts = {numel(a.shape)};
+      r.counts = {shapeElements(a.shape)};
       break;
     case OpType::kAllgather:
       r.first_dims.resize(size_);

@@ -14,12 +14,6 @@ int64_t rowElements(const std::vector<int64_t>& shape) {
   return n;
 }
 
-int64_t numel(const std::vector<int64_t>& shape) {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
-}
-
 // The op's output memory, from the caller's allocator or malloc.
 void* allocateOutput(TensorEntry& e, const std::vector<int64_t>& shape, int64_t nbytes) {
   void* out = e.allocator ? e.allocator(shape) : std::malloc(nbytes > 0 ? nbytes : 1);
@@ -161,7 +155,7 @@ void Executor::allgather(const Response& r, ProcessSet& set, Backend& b, TensorE
     counts[i] = r.first_dims[i] * row;
     out_shape[0] += r.first_dims[i];
   }
-  void* out = allocateOutput(e, out_shape, numel(out_shape) * dataTypeBytes(r.dtype));
+  void* out = allocateOutput(e, out_shape, shapeElements(out_shape) * dataTypeBytes(r.dtype));
   b.allgatherv(e.input, out, counts, r.dtype, deadlineAfter(config_.timeout_seconds));
 }
 
@@ -177,7 +171,7 @@ void Executor::alltoall(const Response& r, ProcessSet& set, Backend& b, TensorEn
     recv[j] = recv_splits[j] * row;
     out_shape[0] += recv_splits[j];
   }
-  void* out = allocateOutput(e, out_shape, numel(out_shape) * dataTypeBytes(r.dtype));
+  void* out = allocateOutput(e, out_shape, shapeElements(out_shape) * dataTypeBytes(r.dtype));
   e.handle->result.recv_splits = recv_splits;
   b.alltoallv(e.input, send, out, recv, r.dtype, deadlineAfter(config_.timeout_seconds));
 }

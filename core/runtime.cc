@@ -32,7 +32,6 @@ Runtime::Runtime(Config config, std::unique_ptr<Transport> transport)
   std::vector<int> all(config_.topology.size);
   for (int i = 0; i < config_.topology.size; ++i) all[i] = i;
   createSet(0, all);
-  running_ = true;
   thread_ = std::thread([this] { loop(); });
   TUTTI_LOG(kInfo) << "initialized: rank " << config_.topology.rank << " of "
                    << config_.topology.size << " (" << config_.topology.source << "), "
@@ -221,8 +220,9 @@ void Runtime::loop() {
     }
     {
       std::unique_lock<std::mutex> lock(wake_mu_);
-      if (!work_pending_ && !shutdown_requested_ && !(had_work && busy())) {
-        auto wait_for = busy() ? base : idle;
+      const bool in_flight = busy();
+      if (!work_pending_ && !shutdown_requested_ && !(had_work && in_flight)) {
+        auto wait_for = in_flight ? base : idle;
         sleeping_ = true;
         wake_cv_.wait_for(lock, wait_for, [this] { return work_pending_ || shutdown_requested_; });
         sleeping_ = false;
@@ -296,7 +296,6 @@ void Runtime::stop(const Status& status) {
     std::lock_guard<std::mutex> lock(status_mu_);
     if (stopped_.ok()) stopped_ = status;
   }
-  running_ = false;
   if (status.code() != StatusCode::kAborted)
     TUTTI_LOG(kError) << "background thread stopped: " << status.message();
   std::vector<std::shared_ptr<ProcessSet>> sets;

@@ -107,7 +107,6 @@ class Runtime {
 
   mutable std::mutex status_mu_;
   Status stopped_;  // sticky
-  std::atomic<bool> running_{false};
   std::map<std::string, Clock::time_point> stall_warned_;
   std::thread thread_;
   std::once_flag shutdown_once_;
