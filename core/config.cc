@@ -83,12 +83,20 @@ const std::vector<ConfigVar>& configTable() {
        [](const std::string& v, Config& c) {
          c.cpu_operations = parseChoice("TUTTI_CPU_OPERATIONS", v, {"mpi", "gloo", "loopback"});
        }},
-      {"TUTTI_TIMEOUT_SECONDS", "float", "300", "[0.1, 1e9]",
-       "Deadline of every wait: negotiation, each collective, connection set-up, and "
-       "tutti_wait without a timeout. On expiry the job is aborted with an error naming the "
-       "op and the peers.",
+      {"TUTTI_TIMEOUT_SECONDS", "float", "1800", "[0.1, 1e9]",
+       "Deadline of the job's collective waits: negotiation, each collective, and tutti_wait "
+       "without a timeout. A tensor some ranks submitted and others did not for this long "
+       "stops the job on every rank with an error naming the op, the tensor, the process set "
+       "and the ranks that did not arrive. 30 minutes, like torch.distributed, so that "
+       "rank-0-only work (evaluation, checkpoints) does not kill training.",
        [](const std::string& v, Config& c) {
          c.timeout_seconds = parseDouble("TUTTI_TIMEOUT_SECONDS", v, 0.1, 1e9);
+       }},
+      {"TUTTI_START_TIMEOUT_SECONDS", "float", "30", "[0.1, 1e9]",
+       "Deadline of connecting: the rendezvous, the connections of each process set and its "
+       "communicators (tuttirun --start-timeout).",
+       [](const std::string& v, Config& c) {
+         c.start_timeout_seconds = parseDouble("TUTTI_START_TIMEOUT_SECONDS", v, 0.1, 1e9);
        }},
       {"TUTTI_LOG_LEVEL", "enum", "warning", "trace, debug, info, warning, error, fatal",
        "Messages at this level and above go to stderr, prefixed with the rank.",

@@ -23,7 +23,8 @@ struct Config {
   int64_t fusion_threshold = 128ll << 20;
   double cycle_time_ms = 1.0;
   std::string cpu_operations;  // "mpi", "gloo", "loopback"; empty = pick from the launcher
-  double timeout_seconds = 300.0;
+  double timeout_seconds = 1800.0;       // collectives and waits
+  double start_timeout_seconds = 30.0;   // connecting (rendezvous, process sets)
   LogLevel log_level = LogLevel::kWarning;
   int64_t cache_capacity = 1024;
   double stall_check_seconds = 60.0;

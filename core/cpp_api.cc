@@ -4,7 +4,13 @@
 
 #include <tutti/tutti.hpp>
 
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
 #include <mutex>
+#include <thread>
 
 namespace tutti {
 namespace {
@@ -13,6 +19,59 @@ std::mutex g_mu;
 // The one Runtime. Shared ownership only so that a call in flight keeps it alive while
 // another thread shuts it down.
 std::shared_ptr<Runtime> g_runtime;
+// A Runtime that a callback shut down (on its own background thread, which cannot join
+// itself): joined by the next init, shutdown or the exit hook.
+std::shared_ptr<Runtime> g_retiring;
+// Whether the last Runtime stopped because another rank shut down or left.
+std::atomic<bool> g_stopped_by_peer{false};
+pid_t g_init_pid = 0;
+
+// Stops `rt` unless we are its own background thread (then parks it in g_retiring).
+void retire(std::shared_ptr<Runtime> rt, const std::string& note) {
+  if (!rt) return;
+  if (rt->onBackgroundThread()) {
+    rt->shutdown(note);
+    std::lock_guard<std::mutex> lock(g_mu);
+    g_retiring = std::move(rt);
+    return;
+  }
+  rt->shutdown(note);
+  g_stopped_by_peer = rt->stoppedByPeer();
+}
+
+void reapRetiring() {
+  std::shared_ptr<Runtime> rt;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    if (g_retiring && g_retiring->onBackgroundThread()) return;
+    rt = std::move(g_retiring);
+  }
+  retire(std::move(rt), "called shutdown");
+}
+
+// Process exit without tutti_shutdown (return from main, exit(n), an uncaught Python
+// exception once the interpreter is done): stop the runtime, telling the peers this rank
+// left and with which code, before anything registered earlier runs, in particular the
+// MPI_Finalize hook of the MPI transport (it must not find the background thread in MPI).
+// Not in a forked child, which has no background thread.
+void shutdownAtExit(int status, void*) {
+  if (getpid() != g_init_pid) return;
+  reapRetiring();
+  std::shared_ptr<Runtime> rt;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    rt = std::move(g_runtime);
+  }
+  retire(std::move(rt), "left the job (exited with code " + std::to_string(status) + ")");
+}
+
+// Runs last (registered before the transport's hooks). A rank that fails because another
+// rank shut down or left lets that rank's exit reach the launcher first, so that the
+// launcher, which reports the first failure, reports the cause.
+void settleAtExit(int status, void*) {
+  if (getpid() != g_init_pid || status == 0 || !g_stopped_by_peer) return;
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+}
 
 std::shared_ptr<Runtime> current() {
   std::lock_guard<std::mutex> lock(g_mu);
@@ -72,21 +131,29 @@ Status checkSameLayout(const std::string& name, const TensorView& in, const Tens
 }  // namespace
 
 Status init() {
+  reapRetiring();
   std::lock_guard<std::mutex> lock(g_mu);
   if (g_runtime) return Status::OK();
+  static std::once_flag settle_once, exit_once;
+  std::call_once(settle_once, [] { on_exit(settleAtExit, nullptr); });
   return guarded([&] {
     g_runtime = std::make_shared<Runtime>(parseConfig());
+    g_stopped_by_peer = false;
+    g_init_pid = getpid();
+    // After the transport's own exit hooks (MPI_Finalize), so that it runs before them.
+    std::call_once(exit_once, [] { on_exit(shutdownAtExit, nullptr); });
     return Status::OK();
   });
 }
 
 Status shutdown() {
+  reapRetiring();
   std::shared_ptr<Runtime> rt;
   {
     std::lock_guard<std::mutex> lock(g_mu);
     rt = std::move(g_runtime);
   }
-  if (rt) rt->shutdown();
+  retire(std::move(rt), "called shutdown");
   return Status::OK();
 }
 

@@ -9,6 +9,7 @@ std::shared_ptr<HandleState> HandleTable::create(int parts, Callback callback) {
   auto state = std::make_shared<HandleState>();
   state->remaining = parts;
   state->callback = std::move(callback);
+  state->owner = this;
   std::lock_guard<std::mutex> lock(mu_);
   state->id = next_++;
   handles_[state->id] = state;
@@ -39,7 +40,19 @@ void HandleTable::complete(HandleState& state, const Status& status) {
     final_status = state.status;
   }
   state.cv.notify_all();
-  if (callback) callback(state.id, final_status);
+  if (callback) {
+    callback(state.id, final_status);
+    if (state.owner) state.owner->retire(state.id);
+  }
+}
+
+void HandleTable::retire(Handle handle) {
+  std::lock_guard<std::mutex> lock(mu_);
+  called_back_.push_back(handle);
+  while (called_back_.size() > kKeepCalledBack) {
+    handles_.erase(called_back_.front());
+    called_back_.pop_front();
+  }
 }
 
 Status HandleTable::wait(HandleState& state, Deadline deadline) {

@@ -5,11 +5,14 @@
 #include "core/common.h"
 
 #include <condition_variable>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
 
 namespace tutti {
+
+class HandleTable;
 
 struct HandleState {
   std::mutex mu;
@@ -21,6 +24,8 @@ struct HandleState {
   Callback callback;
   Handle id = 0;
   int value = -1;  // add_process_set: the new id
+  std::string what;  // "allreduce 'grad.w' (process set 0)", for errors that name the op
+  HandleTable* owner = nullptr;
 };
 
 class HandleTable {
@@ -31,8 +36,11 @@ class HandleTable {
   void release(Handle handle);
 
   // Completes one part. The handle is done once every part has completed; then waiters wake
-  // and the callback runs (on the calling thread).
+  // and the callback runs (on the calling thread). A handle with a callback may never be
+  // waited on: once its callback has run it stays known (poll, wait) until it is waited on
+  // or kKeepCalledBack later callback handles have completed, then it is released.
   static void complete(HandleState& state, const Status& status);
+  static constexpr size_t kKeepCalledBack = 4096;
 
   // Waits until done or the deadline. kInProgress if not done in time, else the op's status.
   static Status wait(HandleState& state, Deadline deadline);
@@ -41,8 +49,11 @@ class HandleTable {
   void failAll(const Status& status);
 
  private:
+  void retire(Handle handle);  // a handle whose callback ran
+
   std::mutex mu_;
   Handle next_ = 1;
+  std::deque<Handle> called_back_;  // oldest first
   std::unordered_map<Handle, std::shared_ptr<HandleState>> handles_;
 };
 

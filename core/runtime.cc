@@ -33,6 +33,7 @@ Runtime::Runtime(Config config, std::unique_ptr<Transport> transport)
   for (int i = 0; i < config_.topology.size; ++i) all[i] = i;
   createSet(0, all);
   thread_ = std::thread([this] { loop(); });
+  thread_id_ = thread_.get_id();
   TUTTI_LOG(kInfo) << "initialized: rank " << config_.topology.rank << " of "
                    << config_.topology.size << " (" << config_.topology.source << "), "
                    << transport_->name() << " transport";
@@ -42,15 +43,23 @@ Runtime::~Runtime() { shutdown(); }
 
 std::string Runtime::transportName() const { return transport_ ? transport_->name() : ""; }
 
-void Runtime::shutdown() {
-  std::call_once(shutdown_once_, [this] {
-    {
-      std::lock_guard<std::mutex> lock(wake_mu_);
+void Runtime::shutdown(const std::string& note) {
+  {
+    std::lock_guard<std::mutex> lock(wake_mu_);
+    if (!shutdown_requested_) {
       shutdown_requested_ = true;
+      leave_note_ = note;
     }
-    wake_cv_.notify_all();
+  }
+  wake_cv_.notify_all();
+  if (onBackgroundThread()) return;  // a callback: the thread stops after this round
+  std::call_once(shutdown_once_, [this] {
     if (thread_.joinable()) thread_.join();
-    handles_.failAll(Status(StatusCode::kAborted, "Tutti was shut down"));
+    {
+      std::lock_guard<std::mutex> lock(status_mu_);
+      if (stopped_.ok()) stopped_ = Status(StatusCode::kAborted, "Tutti was shut down");
+    }
+    handles_.failAll(stoppedStatus());
     std::lock_guard<std::mutex> lock(sets_mu_);
     sets_.clear();
     transport_.reset();
@@ -100,6 +109,10 @@ Status Runtime::submit(int process_set, std::vector<TensorEntry> entries, Callba
     return error.status();
   }
   auto state = handles_.create(static_cast<int>(entries.size()), std::move(callback));
+  state->what = std::string(entries.size() > 1 ? "grouped " : "") +
+                opTypeName(entries[0].request.op) + " '" + entries[0].request.name + "'" +
+                (entries.size() > 1 ? " (+" + std::to_string(entries.size() - 1) + " more)" : "") +
+                " (process set " + std::to_string(process_set) + ")";
   if (entries.size() > 1) {
     for (auto& e : entries) {
       // The same on every rank: no two groups in flight share a first name.
@@ -113,6 +126,14 @@ Status Runtime::submit(int process_set, std::vector<TensorEntry> entries, Callba
   if (!added.ok()) {
     handles_.release(state->id);
     return added;
+  }
+  // A shutdown or fatal error that raced this submission: its failAll may have missed the
+  // new handle, and no round will run the entry. Fail it here (idempotent if it did not).
+  stopped = stoppedStatus();
+  if (!stopped.ok()) {
+    HandleTable::complete(*state, stopped);
+    handles_.release(state->id);
+    return stopped;
   }
   if (timeline_)
     for (const auto& name : names) timeline_->begin(name, "NEGOTIATE");
@@ -139,18 +160,52 @@ Status Runtime::poll(Handle handle, bool* done) {
 Status Runtime::wait(Handle handle, double timeout_seconds, Result* result) {
   auto state = handles_.find(handle);
   if (!state) return Status(StatusCode::kInvalidArgument, "unknown handle " + std::to_string(handle));
-  double limit = timeout_seconds < 0 ? config_.timeout_seconds : timeout_seconds;
+  // Without a timeout of its own a wait ends at the job's deadline. Rank 0 of the set turns a
+  // tensor that waited that long into a fatal error on every rank naming the ranks that did
+  // not arrive; the grace lets that verdict arrive first.
+  const bool job_deadline = timeout_seconds < 0;
+  constexpr double kVerdictGrace = 3.0;
+  const double limit = job_deadline ? config_.timeout_seconds + kVerdictGrace : timeout_seconds;
   Status status = HandleTable::wait(*state, deadlineAfter(limit));
   if (status.code() == StatusCode::kInProgress) {
-    if (timeout_seconds < 0)
-      return Status(StatusCode::kTimeout, "handle " + std::to_string(handle) +
-                                              ": not finished after TUTTI_TIMEOUT_SECONDS=" +
-                                              secondsText(config_.timeout_seconds));
-    return status;
+    if (!job_deadline) return status;  // the op stays queued and owned by the runtime
+    // No verdict (rank 0 unreachable, say): the job cannot go on. Stop it, so that the op
+    // no longer holds the caller's buffers once this returns.
+    failJob(Status(StatusCode::kTimeout,
+                   "rank " + std::to_string(config_.topology.rank) + ": " + state->what +
+                       " (handle " + std::to_string(handle) + ") not finished after " +
+                       "TUTTI_TIMEOUT_SECONDS=" + secondsText(config_.timeout_seconds) +
+                       "; the job is stopped"));
+    status = HandleTable::wait(*state, deadlineAfter(0));
+    if (status.code() == StatusCode::kInProgress) status = stoppedStatus();
   }
   if (result) *result = std::move(state->result);
   handles_.release(handle);
   return status;
+}
+
+void Runtime::failJob(const Status& status) {
+  {
+    std::lock_guard<std::mutex> lock(status_mu_);
+    if (stopped_.ok()) stopped_ = status;
+  }
+  TUTTI_LOG(kError) << status.message();
+  std::vector<std::shared_ptr<ProcessSet>> sets;
+  {
+    std::lock_guard<std::mutex> lock(sets_mu_);
+    for (auto& kv : sets_) sets.push_back(kv.second);
+  }
+  for (auto& set : sets) {
+    if (!set->member()) continue;
+    set->control->abort(status.message());
+    for (auto& b : set->backends) b->abort(status.message());
+  }
+  std::unique_lock<std::mutex> lock(wake_mu_);
+  wake_cv_.notify_all();
+  if (onBackgroundThread()) return;  // a callback: the thread stops when it returns
+  // The aborts make every wait of the background thread fail at once; a blocking MPI call
+  // is bounded by its watchdog.
+  wake_cv_.wait_for(lock, std::chrono::seconds(10), [this] { return thread_exited_; });
 }
 
 Status Runtime::addProcessSet(std::vector<int> ranks, int* id) {
@@ -204,6 +259,14 @@ bool Runtime::busy() const {
 }
 
 void Runtime::loop() {
+  struct Exited {  // tells failJob the thread no longer touches queued entries
+    Runtime* self;
+    ~Exited() {
+      std::lock_guard<std::mutex> lock(self->wake_mu_);
+      self->thread_exited_ = true;
+      self->wake_cv_.notify_all();
+    }
+  } exited{this};
   // Sleeps in the backends' wait loops are short; the default 50 us timer slack would
   // stretch every one of them.
   prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
@@ -292,25 +355,27 @@ void Runtime::applySetChange(const Response& response) {
 }
 
 void Runtime::stop(const Status& status) {
+  Status first;  // the sticky error: failJob may have set one before the thread noticed
   {
     std::lock_guard<std::mutex> lock(status_mu_);
     if (stopped_.ok()) stopped_ = status;
+    first = stopped_;
   }
-  if (status.code() != StatusCode::kAborted)
-    TUTTI_LOG(kError) << "background thread stopped: " << status.message();
+  if (first.code() != StatusCode::kAborted && status.code() != StatusCode::kAborted)
+    TUTTI_LOG(kError) << "background thread stopped: " << first.message();
   std::vector<std::shared_ptr<ProcessSet>> sets;
   {
     std::lock_guard<std::mutex> lock(sets_mu_);
     for (auto& kv : sets_) sets.push_back(kv.second);
   }
   for (auto& set : sets) {
-    if (status.code() != StatusCode::kAborted && set->member()) {
-      set->control->abort(status.message());
-      for (auto& b : set->backends) b->abort(status.message());
+    if (first.code() != StatusCode::kAborted && set->member()) {
+      set->control->abort(first.message());
+      for (auto& b : set->backends) b->abort(first.message());
     }
-    for (auto& e : set->queue.takeAll()) HandleTable::complete(*e.handle, status);
+    for (auto& e : set->queue.takeAll()) HandleTable::complete(*e.handle, first);
   }
-  handles_.failAll(status);
+  handles_.failAll(first);
 }
 
 }  // namespace tutti

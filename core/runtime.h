@@ -19,9 +19,13 @@
 //   4. The cache learns the new responses; every member plans fusion over the ready
 //      responses (pure, so identical everywhere) and executes them in order; add/remove
 //      process set responses change the set table.
-//   5. If bit 0 came back 0, every rank stops: open handles fail with a shutdown error.
+//   5. If bit 0 came back 0, every rank stops after one more gather/broadcast on the global
+//      set that tells everyone why ("rank 2 left the job (exited with code 7)", "rank 2
+//      called shutdown"): open handles fail with a shutdown error naming those ranks.
 // A backend error or timeout is fatal: it is recorded (sticky), every open handle fails
-// with it, the backends are aborted and the thread exits.
+// with it, the backends are aborted and the thread exits. So is a tensor that some ranks
+// submitted and others did not for TUTTI_TIMEOUT_SECONDS (rank 0 of its set decides, and
+// names the ranks that did not arrive), and a tutti_wait without a timeout that outlasts it.
 #pragma once
 
 #include "backends/backend.h"
@@ -51,8 +55,12 @@ class Runtime {
   Runtime(const Runtime&) = delete;
   Runtime& operator=(const Runtime&) = delete;
 
-  // Stops the background thread (telling every rank) and releases the transport. Idempotent.
-  void shutdown();
+  // Stops the background thread (telling every rank, with `note` after this rank's number:
+  // "called shutdown", "left the job (exited with code 7)") and releases the transport.
+  // Idempotent. Called on the background thread itself (from a callback) it only asks the
+  // thread to stop after its round; a later shutdown() on another thread joins it.
+  void shutdown(const std::string& note = "called shutdown");
+  bool onBackgroundThread() const { return std::this_thread::get_id() == thread_id_; }
 
   const Config& config() const { return config_; }
   const Topology& topology() const { return config_.topology; }
@@ -72,6 +80,8 @@ class Runtime {
 
   // The sticky error that stopped the runtime; OK while it runs.
   Status stoppedStatus() const;
+  // True once the job stopped because another rank shut down or left.
+  bool stoppedByPeer() const { return stopped_by_peer_.load(); }
 
  private:
   std::shared_ptr<ProcessSet> findSet(int id) const;
@@ -84,6 +94,11 @@ class Runtime {
   std::string checkStalls(ProcessSet& set);  // root: warns; returns a fatal message if due
   void applySetChange(const Response& response);
   void stop(const Status& status);
+  // From an API thread: makes `status` the sticky error, aborts every control plane and
+  // backend and waits (bounded) for the background thread to leave, so that no queued op
+  // still points at the caller's buffers once this returns.
+  void failJob(const Status& status);
+  std::string exchangeLeaveNotes(ProcessSet& global, const std::string& mine);
   bool busy() const;
 
   Config config_;
@@ -104,6 +119,10 @@ class Runtime {
   std::atomic<int64_t> last_submit_{0};      // Clock ticks of the last one
   uint64_t submissions_seen_ = 0;            // background thread only  // the background thread waits on wake_cv_ (under wake_mu_)
   bool shutdown_requested_ = false;
+  std::string leave_note_;             // under wake_mu_: why this rank stops
+  bool thread_exited_ = false;         // under wake_mu_; wake_cv_ tells failJob
+  std::atomic<bool> stopped_by_peer_{false};
+  std::thread::id thread_id_;
 
   mutable std::mutex status_mu_;
   Status stopped_;  // sticky

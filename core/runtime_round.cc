@@ -4,6 +4,7 @@
 #include "core/runtime.h"
 
 #include <algorithm>
+#include <limits>
 
 namespace tutti {
 namespace {
@@ -162,14 +163,42 @@ bool Runtime::runRound(bool* had_work) {
   }
   for (auto& set : sets)
     if (set->member() && !set->demoted.empty()) *had_work = true;  // negotiate them at once
-  // 5. Shutdown: every rank learns it in the same round.
+  // 5. Shutdown: every rank learns it in the same round, then who stopped and why.
   if (!bitSet(bits, 0)) {
+    std::string note;
+    if (shutting_down) {
+      std::lock_guard<std::mutex> lock(wake_mu_);
+      note = leave_note_;
+    }
+    std::string who = exchangeLeaveNotes(*sets[0], note);
+    if (!shutting_down) stopped_by_peer_ = true;
     stop(Status(StatusCode::kAborted,
-                shutting_down ? "Tutti was shut down"
-                              : "Tutti was shut down: another rank called shutdown"));
+                shutting_down ? "Tutti was shut down" : "Tutti was shut down: " + who));
     return false;
   }
   return true;
+}
+
+std::string Runtime::exchangeLeaveNotes(ProcessSet& global, const std::string& mine) {
+  // 1. Every rank sends its note ("" when it is not stopping) to rank 0.
+  // 2. Rank 0 names the ranks that stopped ("rank 2 left the job (exited with code 7)"),
+  //    at most a few of them, and broadcasts that.
+  Deadline deadline = deadlineAfter(config_.timeout_seconds);
+  std::vector<std::string> notes = global.control->gather(mine.substr(0, 200), deadline);
+  std::string who;
+  if (global.rank == 0) {
+    constexpr int kNamed = 4;
+    int stopping = 0;
+    for (size_t r = 0; r < notes.size(); ++r) {
+      if (notes[r].empty()) continue;
+      if (stopping++ < kNamed)
+        who += (who.empty() ? "" : "; ") + std::string("rank ") + std::to_string(r) + " " +
+               notes[r];
+    }
+    if (stopping > kNamed) who += "; and " + std::to_string(stopping - kNamed) + " more ranks";
+    if (who.empty()) who = "another rank called shutdown";
+  }
+  return global.control->broadcast(who, deadline);
 }
 
 void Runtime::negotiate(ProcessSet& set, std::vector<Request> mine, bool stall_fatal_root,
@@ -194,18 +223,27 @@ void Runtime::negotiate(ProcessSet& set, std::vector<Request> mine, bool stall_f
 }
 
 std::string Runtime::checkStalls(ProcessSet& set) {
-  if (config_.stall_check_disable || !set.coordinator.hasPending()) return "";
-  double warn_after = config_.stall_check_seconds;
-  double stop_after = config_.stall_shutdown_seconds;
+  // Stall warnings (unless disabled) every TUTTI_STALL_CHECK_TIME_SECONDS; a fatal verdict
+  // after TUTTI_STALL_SHUTDOWN_TIME_SECONDS when set, and always after TUTTI_TIMEOUT_SECONDS.
+  if (!set.coordinator.hasPending()) return "";
+  const double warn_after =
+      config_.stall_check_disable ? std::numeric_limits<double>::infinity()
+                                  : config_.stall_check_seconds;
+  const bool stall_stop =
+      config_.stall_shutdown_seconds > 0 && config_.stall_shutdown_seconds < config_.timeout_seconds;
+  const double stop_after = stall_stop ? config_.stall_shutdown_seconds : config_.timeout_seconds;
   auto now = Clock::now();
-  for (const auto& stall : set.coordinator.stalled(now, warn_after)) {
+  for (const auto& stall : set.coordinator.stalled(now, std::min(warn_after, stop_after))) {
     std::string what = std::string(opTypeName(stall.op)) + " '" + stall.name +
                        "' (process set " + std::to_string(set.id) + ") has waited " +
                        secondsText(stall.waited_seconds) +
                        " s for rank(s) " + joinInts(stall.missing_ranks);
-    if (stop_after > 0 && stall.waited_seconds >= stop_after)
-      return "stall shutdown: " + what + " (TUTTI_STALL_SHUTDOWN_TIME_SECONDS=" +
-             secondsText(stop_after) + ")";
+    if (stall.waited_seconds >= stop_after)
+      return stall_stop ? "stall shutdown: " + what + " (TUTTI_STALL_SHUTDOWN_TIME_SECONDS=" +
+                              secondsText(stop_after) + ")"
+                        : "timeout: " + what + ", which did not submit it (TUTTI_TIMEOUT_SECONDS=" +
+                              secondsText(stop_after) + ")";
+    if (stall.waited_seconds < warn_after) continue;
     auto& warned = stall_warned_[stall.name];
     if (now - warned >= std::chrono::duration<double>(warn_after)) {
       warned = now;

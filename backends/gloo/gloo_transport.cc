@@ -98,7 +98,7 @@ class GlooTransport : public Transport {
                                                    std::to_string(size_));
     store_ = std::make_unique<detail::RendezvousClient>(
         config.rendezvous_addr, config.rendezvous_port, detail::decodeHexSecret(config.secret),
-        config.timeout_seconds, rank_);
+        config.start_timeout_seconds, rank_);
     gloo::transport::tcp::attr attr;
     if (!config.gloo_iface.empty()) {
       attr.iface = config.gloo_iface;
@@ -148,7 +148,7 @@ class GlooTransport : public Transport {
                                std::to_string(id) + "/" + plane + "/" + std::to_string(epoch);
     auto context = std::make_shared<gloo::rendezvous::Context>(group_rank, group_size);
     const auto timeout = std::chrono::milliseconds(
-        static_cast<int64_t>(std::max(0.001, config_.timeout_seconds) * 1000.0));
+        static_cast<int64_t>(std::max(0.001, config_.start_timeout_seconds) * 1000.0));
     context->setTimeout(timeout);
     const std::string what = "gloo: world rank " + std::to_string(rank_) +
                              " connecting the " + plane + " plane of process set " +
@@ -163,7 +163,8 @@ class GlooTransport : public Transport {
       const bool timed_out = std::strstr(e.what(), "imed out") != nullptr;
       throwError(timed_out ? StatusCode::kTimeout : StatusCode::kBackend,
                  what + (timed_out ? " timed out after " : " failed within ") +
-                     std::to_string(config_.timeout_seconds) + " s: " + e.what());
+                     secondsText(config_.start_timeout_seconds) +
+                     " s (TUTTI_START_TIMEOUT_SECONDS): " + e.what());
     } catch (const std::exception& e) {
       throwError(StatusCode::kBackend, what + " failed: " + e.what());
     }

@@ -3,6 +3,7 @@
 #include "core/reduce.h"
 
 #include <sched.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -45,7 +46,16 @@ int opIndex(ReduceOp op) {
 
 }  // namespace
 
-std::atomic<bool> g_skip_finalize{false};
+std::atomic<bool> g_job_failed{false};
+std::mutex g_failed_mu;
+std::string g_failed_why;  // under g_failed_mu
+pid_t g_mpi_pid = 0;        // the process that initialized MPI (not a forked child)
+
+void markJobFailed(const std::string& why) {
+  std::lock_guard<std::mutex> lock(g_failed_mu);
+  if (g_job_failed.exchange(true)) return;
+  g_failed_why = why;
+}
 
 MpiShared::MpiShared(int64_t max_message_elements)
     : max_message_elements_(max_message_elements) {
@@ -123,16 +133,42 @@ MpiShared::~MpiShared() {
     while (MPI_Test(&request, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && !done &&
            Clock::now() < grace)
       std::this_thread::sleep_for(std::chrono::microseconds(200));
-    if (!done) g_skip_finalize = true;
+    if (!done) markJobFailed("an MPI request abandoned by a timeout never completed");
   }
 }
 
-void finalizeMpiAtExit() {
+void finalizeMpiAtExit(int status, void*) {
+  if (g_mpi_pid != 0 && getpid() != g_mpi_pid) return;
   int initialized = 0, finalized = 0;
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
-  if (initialized && !finalized && !g_skip_finalize) MPI_Finalize();
+  if (!initialized || finalized) return;
+  if (!g_job_failed) {
+    MPI_Finalize();
+    return;
+  }
+  // The peers may never reach MPI_Finalize (stopped, stuck in a collective): give it a
+  // moment, then end the whole job with this process's code.
+  const int code = status != 0 ? status : 1;
+  int rank = -1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  std::thread([code, rank] {
+    std::this_thread::sleep_for(std::chrono::duration<double>(kFinalizeGraceSeconds));
+    std::string why;
+    {
+      std::lock_guard<std::mutex> lock(g_failed_mu);
+      why = g_failed_why;
+    }
+    std::fprintf(stderr, "tutti: rank %d: exiting after a fatal error (%s); MPI_Finalize did not "
+                 "complete within %.0f s, so the job is aborted with code %d (MPI_Abort)\n",
+                 rank, why.c_str(), kFinalizeGraceSeconds, code);
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, code);
+  }).detach();
+  MPI_Finalize();
 }
+
+void rememberMpiProcess() { g_mpi_pid = getpid(); }
 
 MPI_Datatype MpiShared::datatype(DataType dtype) const {
   switch (dtype) {
@@ -173,6 +209,7 @@ void MpiPoison::throwIfPoisoned() const {
 }
 
 void MpiPoison::poison(StatusCode code, const std::string& message) {
+  markJobFailed(message);
   std::lock_guard<std::mutex> lock(mu_);
   if (poisoned_.load(std::memory_order_relaxed)) return;
   code_ = code;

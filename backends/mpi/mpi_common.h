@@ -22,10 +22,18 @@
 namespace tutti {
 namespace detail {
 
-// Finalizes MPI at process exit if Tutti initialized it (registered with atexit): MPI cannot
-// be initialized twice in a process, and tutti_init must work again after tutti_shutdown.
-// Skipped if a request abandoned by a timeout never completed (MPI_Finalize would hang).
-void finalizeMpiAtExit();
+// Finalizes MPI at process exit if Tutti initialized it (registered with on_exit when MPI is
+// initialized, so it runs after the exit hook that shuts the runtime down): MPI cannot be
+// initialized twice in a process, and tutti_init must work again after tutti_shutdown.
+// After a fatal error (a poisoned group, a request abandoned by a timeout) MPI_Finalize may
+// never complete, since a peer may be stopped or stuck: it then runs under a watchdog that
+// calls MPI_Abort with the process's exit code (1 for 0) after kFinalizeGrace, so that
+// mpirun ends the whole job.
+void finalizeMpiAtExit(int status, void*);
+constexpr double kFinalizeGraceSeconds = 3.0;
+// Marks the job as failed in this process (the first fatal error, for the exit message).
+void markJobFailed(const std::string& why);
+void rememberMpiProcess();  // called when Tutti initializes MPI
 
 // Objects made once per transport and freed with it. Held through shared_ptr by every
 // backend and control plane, so it outlives them. Thread-safe.

@@ -51,7 +51,8 @@ void initializeMpi() {
   }
   detail::checkMpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided),
                    "MPI_Init_thread", "mpi transport");
-  std::atexit(detail::finalizeMpiAtExit);
+  detail::rememberMpiProcess();
+  on_exit(detail::finalizeMpiAtExit, nullptr);
   if (provided != MPI_THREAD_MULTIPLE) {
     MPI_Finalize();
     throwError(StatusCode::kBackend,
@@ -64,7 +65,7 @@ void initializeMpi() {
 class MpiTransport : public Transport {
  public:
   MpiTransport(const Config& config, int64_t max_message_elements)
-      : timeout_seconds_(config.timeout_seconds) {
+      : start_timeout_seconds_(config.start_timeout_seconds) {
     if (max_message_elements < 1 || max_message_elements > INT_MAX)
       throwError(StatusCode::kInvalidArgument,
                  "mpi transport: max message elements must be in [1, INT_MAX], got " +
@@ -106,7 +107,7 @@ class MpiTransport : public Transport {
     info.ranks = ranks;
     info.id = id;
     info.world_rank = rank_;
-    info.comm = detail::makeGroupComm(ranks, id, kind, deadlineAfter(timeout_seconds_),
+    info.comm = detail::makeGroupComm(ranks, id, kind, deadlineAfter(start_timeout_seconds_),
                                       who + (kind ? " data plane" : " control plane") +
                                           ": creating the communicator",
                                       *info.poison, *shared_);
@@ -121,7 +122,7 @@ class MpiTransport : public Transport {
     return created;
   }
 
-  double timeout_seconds_;
+  double start_timeout_seconds_;  // communicator creation
   int rank_ = 0, size_ = 1;
   std::shared_ptr<MpiShared> shared_;  // outlives this transport while a group uses it
   std::mutex mu_;

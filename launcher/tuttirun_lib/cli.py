@@ -22,7 +22,7 @@ SETTINGS = [
     ("stall_check_warning_time_seconds", "TUTTI_STALL_CHECK_TIME_SECONDS", str),
     ("stall_check_shutdown_time_seconds", "TUTTI_STALL_SHUTDOWN_TIME_SECONDS", str),
     ("log_level", "TUTTI_LOG_LEVEL", str),
-    ("start_timeout", "TUTTI_TIMEOUT_SECONDS", str),
+    ("start_timeout", "TUTTI_START_TIMEOUT_SECONDS", str),
     ("network_interface", "TUTTI_GLOO_IFACE", str),
 ]
 
@@ -61,7 +61,9 @@ def make_parser():
                                            "fatal"],
                    help="TUTTI_LOG_LEVEL")
     p.add_argument("--start-timeout", type=float, metavar="S",
-                   help="rendezvous/connection deadline (exported as TUTTI_TIMEOUT_SECONDS)")
+                   help="deadline of connecting: ssh, rendezvous, connections (exported as "
+                        "TUTTI_START_TIMEOUT_SECONDS, default 30); collectives have their own "
+                        "deadline, TUTTI_TIMEOUT_SECONDS (default 30 minutes)")
     p.add_argument("--network-interface", metavar="IFACE",
                    help="interface for gloo traffic and the rendezvous server")
     p.add_argument("--output-filename", metavar="DIR",
@@ -151,10 +153,17 @@ def run_mpi(args, host_list, env):
         proc = subprocess.Popen(argv)
     except FileNotFoundError:
         fail("mpirun not found on PATH (Open MPI is needed for --mpi)", 127)
-    forward = lambda signum, _frame: proc.send_signal(signum)
+    received = []
+
+    def forward(signum, _frame):
+        received.append(signum)
+        proc.send_signal(signum)
+
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, forward)
     code = proc.wait()
+    if received:  # mpirun exits 1 after forwarding a signal: report the signal, as --gloo
+        return 128 + received[0]
     return 128 - code if code < 0 else code
 
 
@@ -201,7 +210,7 @@ def run_gloo(args, host_list, env):
                         worker_env.setdefault(name, value)
                 argv, stdin = remote_command(s.host, args.command, worker_env, os.getcwd(),
                                              secret, args.ssh_port, args.ssh_identity_file,
-                                             args.start_timeout)
+                                             args.start_timeout or 30)
                 job.start_remote(s, argv, stdin)
             if job.interrupted is not None:
                 break

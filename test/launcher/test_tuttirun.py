@@ -66,7 +66,7 @@ class EnvironmentTest(unittest.TestCase):
             self.assertEqual(e["TUTTI_STALL_SHUTDOWN_TIME_SECONDS"], "22.0")
             self.assertEqual(e["TUTTI_STALL_CHECK_DISABLE"], "1")
             self.assertEqual(e["TUTTI_LOG_LEVEL"], "debug")
-            self.assertEqual(e["TUTTI_TIMEOUT_SECONDS"], "33.0")
+            self.assertEqual(e["TUTTI_START_TIMEOUT_SECONDS"], "33.0")
         self.assertEqual(len(secrets), 1)
         self.assertNotIn(secrets.pop(), r.stderr)
 

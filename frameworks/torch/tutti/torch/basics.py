@@ -1,5 +1,6 @@
 """Lifecycle, topology, build flags and process sets (horovod.common.basics/process_sets)."""
 
+import atexit
 import threading
 
 import torch
@@ -14,6 +15,7 @@ TuttiTimeoutError = _C.TuttiTimeoutError
 HorovodInternalError = TuttiError
 
 _NOT_INITIALIZED = "Tutti has not been initialized; use hvd.init()."
+_atexit_registered = False
 
 
 class ProcessSet:
@@ -117,6 +119,13 @@ def init(comm=None, process_sets=None):
         raise ValueError("tutti.torch.init(comm=...) does not accept MPI communicators; "
                          "use process sets instead")
     _C.init()
+    # Like Horovod: a script that ends without hvd.shutdown() (or raises) still shuts Tutti
+    # down, while the interpreter and the tensors of ops in flight are alive; the peers
+    # then fail with "rank N called shutdown" instead of hanging.
+    global _atexit_registered
+    if not _atexit_registered:
+        atexit.register(shutdown)
+        _atexit_registered = True
     if comm is not None and sorted(comm) != list(range(_C.size())):
         raise ValueError("tutti.torch.init(comm=%r): only the full world (ranks 0..%d) is "
                          "supported; use process sets for subsets" % (comm, _C.size() - 1))

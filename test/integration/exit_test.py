@@ -1,0 +1,165 @@
+"""Every way a job can end, under mpirun, tuttirun --mpi and tuttirun --gloo (see
+docs/architecture.md, "Exits and failures"). Each case launches exit_driver (exit_driver.c)
+in one mode and checks the launcher's exit code, the wall time, what the ranks printed, and
+that no process of the job is left: every job carries a unique marker in its environment,
+and /proc is searched for it once the launcher has returned.
+
+Environment: EXIT_DRIVER (the driver binary), TUTTIRUN, MPIRUN (empty: no MPI cases).
+Standard library only (run with Debian's /usr/bin/python3)."""
+import os
+import signal
+import subprocess
+import sys
+import time
+import unittest
+import uuid
+
+DRIVER = os.environ.get("EXIT_DRIVER", "")
+TUTTIRUN = os.environ.get("TUTTIRUN", "")
+MPIRUN = os.environ.get("MPIRUN", "")
+TIMEOUT = 5.0  # TUTTI_TIMEOUT_SECONDS of every job here
+LAUNCHERS = ["gloo"] + (["mpirun", "tuttirun-mpi"] if MPIRUN else [])
+
+
+def job_processes(marker):
+    """PIDs of live (not zombie) processes whose environment holds `marker`."""
+    found = []
+    needle = ("TUTTI_EXIT_TEST_JOB=%s" % marker).encode()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open("/proc/%s/environ" % entry, "rb") as f:
+                if needle not in f.read().split(b"\0"):
+                    continue
+            with open("/proc/%s/stat" % entry) as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    continue
+        except OSError:
+            continue
+        found.append(int(entry))
+    return found
+
+
+def command(launcher, np, args):
+    if launcher == "mpirun":
+        return [MPIRUN, "-np", str(np), "--oversubscribe", "--bind-to", "none",
+                "--mca", "btl", "self,vader", DRIVER] + args
+    how = "--mpi" if launcher == "tuttirun-mpi" else "--gloo"
+    return [sys.executable, TUTTIRUN, "-np", str(np), how, DRIVER] + args
+
+
+class Job:
+    """One launched job: rc, wall seconds, output, processes left behind."""
+
+    def __init__(self, launcher, np, args, limit=TIMEOUT + 40, interrupt_after=None):
+        marker = uuid.uuid4().hex
+        env = dict(os.environ, TUTTI_TIMEOUT_SECONDS=str(TIMEOUT),
+                   TUTTI_EXIT_TEST_JOB=marker, OMPI_ALLOW_RUN_AS_ROOT="1",
+                   OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+                   OMPI_MCA_rmaps_base_oversubscribe="1")
+        start = time.monotonic()
+        proc = subprocess.Popen(command(launcher, np, args), env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            if interrupt_after is not None:
+                try:
+                    proc.wait(interrupt_after)
+                except subprocess.TimeoutExpired:
+                    proc.send_signal(signal.SIGINT)
+            self.output = proc.communicate(timeout=limit)[0].decode(errors="replace")
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            self.output = proc.communicate()[0].decode(errors="replace") + "\n(HUNG)"
+        self.wall = time.monotonic() - start
+        self.rc = proc.returncode
+        self.left = job_processes(marker)
+        for pid in self.left:  # clean up what a failing case left, then report it
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        self.what = "%s %s: rc %s after %.1f s, left %s\n%s" % (
+            launcher, " ".join(args), self.rc, self.wall, self.left, self.output[-3000:])
+
+
+@unittest.skipUnless(DRIVER and TUTTIRUN, "EXIT_DRIVER and TUTTIRUN must be set")
+class ExitTest(unittest.TestCase):
+    def check(self, job, rc, most_seconds, contains=()):
+        self.assertEqual(job.left, [], job.what)
+        if isinstance(rc, tuple):
+            self.assertIn(job.rc, rc, job.what)
+        else:
+            self.assertEqual(job.rc, rc, job.what)
+        self.assertLess(job.wall, most_seconds, job.what)
+        for text in contains:
+            self.assertIn(text, job.output, job.what)
+
+    def test_clean_and_return_without_shutdown(self):
+        """Defect 1: returning from main without tutti_shutdown ends the job cleanly."""
+        for launcher in LAUNCHERS:
+            for mode in ("clean", "return"):
+                with self.subTest(launcher=launcher, mode=mode):
+                    job = Job(launcher, 2, [mode])
+                    self.check(job, 0, 20)
+                    self.assertNotIn("FINALIZE", job.output, job.what)
+                    self.assertNotIn("FAILED", job.output, job.what)
+
+    def test_exit_code_of_the_rank_that_left(self):
+        """Defect 2: exit(7) on rank 1: the peers are told who left and with what code, the
+        launcher exits 7, nothing hangs."""
+        for launcher in LAUNCHERS:
+            with self.subTest(launcher=launcher):
+                job = Job(launcher, 3, ["exit", "1", "7"])
+                self.check(job, 7, TIMEOUT + 10,
+                           ["rank 1 left the job (exited with code 7)"])
+
+    def test_signal_of_a_rank(self):
+        """A rank killed by SIGTERM: the launcher reports 128 + 15 (mpirun: its own code)."""
+        for launcher in LAUNCHERS:
+            with self.subTest(launcher=launcher):
+                job = Job(launcher, 2, ["sigterm", "1"])
+                self.check(job, 143 if launcher == "gloo" else (143, 15, 1), TIMEOUT + 10)
+
+    def test_stopped_peer(self):
+        """Defect 3: a SIGSTOPped rank: its peers time out and the job ends, every process
+        gone (MPI: MPI_Abort after a finalize that cannot complete)."""
+        for launcher in LAUNCHERS:
+            with self.subTest(launcher=launcher):
+                job = Job(launcher, 2, ["sigstop", "1"])
+                self.check(job, (3, 1), TIMEOUT + 12, ["FAILED"])
+
+    def test_peer_that_never_submits(self):
+        """Defects 3 and 4: the error on the handle names the op, the tensor, the process
+        set and the rank that did not arrive; the job ends within the deadline."""
+        for launcher in LAUNCHERS:
+            with self.subTest(launcher=launcher):
+                job = Job(launcher, 2, ["never", "1"])
+                self.check(job, (3, 1), TIMEOUT + 10,
+                           ["allreduce 'never.arrives' (process set 0)", "rank(s) 1",
+                            "TUTTI_TIMEOUT_SECONDS"])
+
+    def test_callback_that_shuts_down(self):
+        """Defect 7: a callback calling tutti_shutdown on the background thread."""
+        for launcher in LAUNCHERS[:2]:
+            with self.subTest(launcher=launcher):
+                job = Job(launcher, 2, ["callback"])
+                self.check(job, 0, 20, ["callback shutdown ok"])
+
+    def test_submit_racing_shutdown(self):
+        """Defect 7: every handle completes when submissions race a shutdown."""
+        for launcher in LAUNCHERS[:2]:
+            with self.subTest(launcher=launcher):
+                job = Job(launcher, 2, ["race"])
+                self.check(job, 0, 40, ["race ok"])
+
+    def test_ctrl_c(self):
+        """Defect 8: Ctrl-C to tuttirun (--gloo and --mpi) exits 130, nothing left."""
+        for launcher in [l for l in LAUNCHERS if l != "mpirun"]:
+            with self.subTest(launcher=launcher):
+                job = Job(launcher, 2, ["sleep"], interrupt_after=3.0)
+                self.check(job, 130, 20)
+
+
+if __name__ == "__main__":
+    unittest.main()
