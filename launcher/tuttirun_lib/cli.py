@@ -150,14 +150,18 @@ def run_mpi(args, host_list, env):
     if args.dry_run:
         return 0
     try:
-        proc = subprocess.Popen(argv)
+        # In a session of its own, like gloo workers: a terminal's Ctrl-C reaches tuttirun
+        # only, which forwards it once (mpirun given SIGINT twice exits at once and may
+        # leave ranks behind). It dies with tuttirun (PR_SET_PDEATHSIG).
+        proc = subprocess.Popen(argv, start_new_session=True, preexec_fn=Job.preexec())
     except FileNotFoundError:
         fail("mpirun not found on PATH (Open MPI is needed for --mpi)", 127)
     received = []
 
     def forward(signum, _frame):
         received.append(signum)
-        proc.send_signal(signum)
+        if len(received) == 1:  # once: mpirun takes a second SIGINT as "exit now"
+            proc.send_signal(signum)
 
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, forward)

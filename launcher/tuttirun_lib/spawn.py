@@ -159,19 +159,19 @@ class Job:
     def start_local(self, slot, command, env):
         popen = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL,
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                 start_new_session=True, preexec_fn=self._preexec())
+                                 start_new_session=True, preexec_fn=self.preexec())
         self._add(slot, popen, slot.host)
 
     def start_remote(self, slot, argv, stdin_bytes):
         popen = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                  stderr=subprocess.PIPE, start_new_session=True,
-                                 preexec_fn=self._preexec())
+                                 preexec_fn=self.preexec())
         popen.stdin.write(stdin_bytes)
         popen.stdin.flush()  # stdin stays open: closing it stops the remote worker
         self._add(slot, popen, slot.host)
 
     @staticmethod
-    def _preexec():
+    def preexec():
         return _die_with_parent if _PRCTL and threading.active_count() == 1 else None
 
     def _add(self, slot, popen, where):

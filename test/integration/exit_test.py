@@ -65,8 +65,8 @@ class Job:
             if interrupt_after is not None:
                 try:
                     proc.wait(interrupt_after)
-                except subprocess.TimeoutExpired:
-                    proc.send_signal(signal.SIGINT)
+                except subprocess.TimeoutExpired:  # like a terminal: the whole group
+                    os.killpg(proc.pid, signal.SIGINT)
             self.output = proc.communicate(timeout=limit)[0].decode(errors="replace")
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)

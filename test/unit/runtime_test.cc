@@ -164,7 +164,7 @@ TEST_CASE("wait with a short timeout keeps the handle; one rank's shutdown stops
       while (c.rt.stoppedStatus().ok() && Clock::now() < deadline)
         std::this_thread::sleep_for(std::chrono::milliseconds(5));
       Status s = runOne(c.rt, makeTestEntry(OpType::kAllreduce, "after", {4}, DataType::kFloat32, x.data(), x.data()));
-      if (s.message() != "Tutti was shut down: another rank called shutdown") c.fail("after shutdown: " + s.message());
+      if (s.message() != "Tutti was shut down: rank 0 called shutdown") c.fail("after shutdown: " + s.message());
     }
   }, failures);
   CHECK(failures.summary() == "0 failure(s)");
@@ -259,5 +259,28 @@ TEST_CASE("a stalled tensor stops the job on every rank with a message naming it
     config.stall_check_seconds = 0.2;
     config.stall_shutdown_seconds = 0.5;
   });
+  CHECK(failures.summary() == "0 failure(s)");
+}
+
+TEST_CASE("a tensor a rank never submits fails on every rank at TUTTI_TIMEOUT_SECONDS, naming the op, tensor, set and missing rank") {
+  Failures failures;
+  runRanks(3, [](RankContext& c) {
+    std::vector<float> x(2, 1.0f);
+    const auto start = Clock::now();
+    Status s;
+    if (c.rank != 2) {
+      s = runOne(c.rt, makeTestEntry(OpType::kAllreduce, "never.arrives", {2}, DataType::kFloat32, x.data(), x.data()));
+    } else {
+      auto deadline = Clock::now() + std::chrono::seconds(20);
+      while (c.rt.stoppedStatus().ok() && Clock::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      s = c.rt.stoppedStatus();
+    }
+    const double took = std::chrono::duration<double>(Clock::now() - start).count();
+    if (s.code() != StatusCode::kTimeout) c.fail("expected a timeout, got: " + s.message());
+    for (const char* part : {"allreduce 'never.arrives' (process set 0)", "rank(s) 2", "TUTTI_TIMEOUT_SECONDS=1"})
+      if (s.message().find(part) == std::string::npos) c.fail("'" + std::string(part) + "' missing in: " + s.message());
+    if (took > 6) c.fail("took " + std::to_string(took) + " s");
+  }, failures, [](Config& config) { config.timeout_seconds = 1; });
   CHECK(failures.summary() == "0 failure(s)");
 }
