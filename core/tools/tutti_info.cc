@@ -24,8 +24,10 @@ int main(int argc, char** argv) {
     tutti::Config c = tutti::parseConfig();
     std::printf("topology: rank %d of %d (%s)\n", c.topology.rank, c.topology.size,
                 c.topology.source.c_str());
-    std::printf("fusion threshold: %lld bytes, cycle time: %g ms, timeout: %g s\n",
-                static_cast<long long>(c.fusion_threshold), c.cycle_time_ms, c.timeout_seconds);
+    std::printf("fusion threshold: %lld bytes, cycle time: %g ms, timeout: %g s, "
+                "start timeout: %g s\n",
+                static_cast<long long>(c.fusion_threshold), c.cycle_time_ms, c.timeout_seconds,
+                c.start_timeout_seconds);
   } catch (const tutti::Error& e) {
     std::fprintf(stderr, "tutti-info: %s\n", e.what());
     return 1;
