@@ -72,20 +72,25 @@ Status HandleTable::wait(HandleState& state, Deadline deadline) {
   return state.status;
 }
 
+void HandleTable::fail(HandleState& state, const Status& status) {
+  {
+    std::lock_guard<std::mutex> lock(state.mu);
+    if (state.done) return;
+    state.remaining = 1;
+  }
+  if (state.what.empty() || status.message().find(state.what) != std::string::npos)
+    complete(state, status);
+  else
+    complete(state, Status(status.code(), state.what + ": " + status.message()));
+}
+
 void HandleTable::failAll(const Status& status) {
   std::vector<std::shared_ptr<HandleState>> open;
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto& kv : handles_) open.push_back(kv.second);
   }
-  for (auto& state : open) {
-    {
-      std::lock_guard<std::mutex> lock(state->mu);
-      if (state->done) continue;
-      state->remaining = 1;
-    }
-    complete(*state, status);
-  }
+  for (auto& state : open) fail(*state, status);
 }
 
 }  // namespace tutti

@@ -45,7 +45,11 @@ class HandleTable {
   // Waits until done or the deadline. kInProgress if not done in time, else the op's status.
   static Status wait(HandleState& state, Deadline deadline);
 
-  // Completes every open handle with `status` (shutdown, fatal error).
+  // Completes every part of the handle with `status` (shutdown, fatal error), its message
+  // prefixed with the handle's op, tensor and process set unless it names them already.
+  static void fail(HandleState& state, const Status& status);
+
+  // fail() for every open handle.
   void failAll(const Status& status);
 
  private:

@@ -131,7 +131,7 @@ Status Runtime::submit(int process_set, std::vector<TensorEntry> entries, Callba
   // new handle, and no round will run the entry. Fail it here (idempotent if it did not).
   stopped = stoppedStatus();
   if (!stopped.ok()) {
-    HandleTable::complete(*state, stopped);
+    HandleTable::fail(*state, stopped);
     handles_.release(state->id);
     return stopped;
   }
@@ -373,7 +373,7 @@ void Runtime::stop(const Status& status) {
       set->control->abort(first.message());
       for (auto& b : set->backends) b->abort(first.message());
     }
-    for (auto& e : set->queue.takeAll()) HandleTable::complete(*e.handle, first);
+    for (auto& e : set->queue.takeAll()) HandleTable::fail(*e.handle, first);
   }
   handles_.failAll(first);
 }

@@ -1,86 +1,21 @@
 """Every way a job can end, under mpirun, tuttirun --mpi and tuttirun --gloo (see
 docs/architecture.md, "Exits and failures"). Each case launches exit_driver (exit_driver.c)
 in one mode and checks the launcher's exit code, the wall time, what the ranks printed, and
-that no process of the job is left: every job carries a unique marker in its environment,
-and /proc is searched for it once the launcher has returned.
+that no process of the job is left (exit_jobs.py).
 
 Environment: EXIT_DRIVER (the driver binary), TUTTIRUN, MPIRUN (empty: no MPI cases).
 Standard library only (run with Debian's /usr/bin/python3)."""
 import os
-import signal
-import subprocess
-import sys
-import time
 import unittest
-import uuid
+
+from exit_jobs import LAUNCHERS, TIMEOUT, TUTTIRUN
+from exit_jobs import Job as LaunchedJob
 
 DRIVER = os.environ.get("EXIT_DRIVER", "")
-TUTTIRUN = os.environ.get("TUTTIRUN", "")
-MPIRUN = os.environ.get("MPIRUN", "")
-TIMEOUT = 5.0  # TUTTI_TIMEOUT_SECONDS of every job here
-LAUNCHERS = ["gloo"] + (["mpirun", "tuttirun-mpi"] if MPIRUN else [])
 
 
-def job_processes(marker):
-    """PIDs of live (not zombie) processes whose environment holds `marker`."""
-    found = []
-    needle = ("TUTTI_EXIT_TEST_JOB=%s" % marker).encode()
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open("/proc/%s/environ" % entry, "rb") as f:
-                if needle not in f.read().split(b"\0"):
-                    continue
-            with open("/proc/%s/stat" % entry) as f:
-                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
-                    continue
-        except OSError:
-            continue
-        found.append(int(entry))
-    return found
-
-
-def command(launcher, np, args):
-    if launcher == "mpirun":
-        return [MPIRUN, "-np", str(np), "--oversubscribe", "--bind-to", "none",
-                "--mca", "btl", "self,vader", DRIVER] + args
-    how = "--mpi" if launcher == "tuttirun-mpi" else "--gloo"
-    return [sys.executable, TUTTIRUN, "-np", str(np), how, DRIVER] + args
-
-
-class Job:
-    """One launched job: rc, wall seconds, output, processes left behind."""
-
-    def __init__(self, launcher, np, args, limit=TIMEOUT + 40, interrupt_after=None):
-        marker = uuid.uuid4().hex
-        env = dict(os.environ, TUTTI_TIMEOUT_SECONDS=str(TIMEOUT),
-                   TUTTI_EXIT_TEST_JOB=marker, OMPI_ALLOW_RUN_AS_ROOT="1",
-                   OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-                   OMPI_MCA_rmaps_base_oversubscribe="1")
-        start = time.monotonic()
-        proc = subprocess.Popen(command(launcher, np, args), env=env, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, start_new_session=True)
-        try:
-            if interrupt_after is not None:
-                try:
-                    proc.wait(interrupt_after)
-                except subprocess.TimeoutExpired:  # like a terminal: the whole group
-                    os.killpg(proc.pid, signal.SIGINT)
-            self.output = proc.communicate(timeout=limit)[0].decode(errors="replace")
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            self.output = proc.communicate()[0].decode(errors="replace") + "\n(HUNG)"
-        self.wall = time.monotonic() - start
-        self.rc = proc.returncode
-        self.left = job_processes(marker)
-        for pid in self.left:  # clean up what a failing case left, then report it
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
-        self.what = "%s %s: rc %s after %.1f s, left %s\n%s" % (
-            launcher, " ".join(args), self.rc, self.wall, self.left, self.output[-3000:])
+def Job(launcher, np, args, **kwargs):
+    return LaunchedJob(launcher, np, [DRIVER] + args, **kwargs)
 
 
 @unittest.skipUnless(DRIVER and TUTTIRUN, "EXIT_DRIVER and TUTTIRUN must be set")
