@@ -35,21 +35,24 @@ def test_quick_start_without_shutdown(launcher):
 
 
 @pytest.mark.parametrize("launcher", LAUNCHERS)
-def test_exit_code_and_uncaught_exception(launcher):
-    """Defects 2 and 3: rank 1 leaves with sys.exit(7) mid-job; rank 0, whose next op
-    fails, raises (uncaught). The launcher exits 7 (mpirun: Open MPI picks a failing
-    rank's code), quickly, with nothing left."""
+@pytest.mark.parametrize("leave,code", [("sys.exit(7)", 7), ("raise ValueError('bad batch')", 1)])
+def test_exit_code_and_uncaught_exception(launcher, leave, code):
+    """Defects 2 and 3: rank 1 leaves mid-job (sys.exit(7), or an uncaught exception);
+    rank 0, whose next op fails, raises (uncaught) too. The launcher exits with rank 1's
+    code (mpirun: Open MPI picks a failing rank's code), quickly, with nothing left."""
     script = (
         "import sys, torch, tutti.torch as hvd\n"
         "hvd.init()\n"
         "t = torch.ones(4)\n"
         "for step in range(200):\n"
         "    if step == 5 and hvd.rank() == 1:\n"
-        "        sys.exit(7)\n"
-        "    hvd.allreduce(t, name='step.%d' % step)\n")
+        "        %s\n"
+        "    hvd.allreduce(t, name='step.%%d' %% step)\n" % leave)
     rc, wall, out, left = launch(launcher, 2, script)
     what = "%s: rc %s after %.1f s, left %s\n%s" % (launcher, rc, wall, left, out)
     assert left == [], what
-    assert rc == (7 if launcher != "mpirun" else rc) and rc != 0, what
+    assert rc != 0, what
+    if launcher != "mpirun":
+        assert rc == code, what
     assert "rank 1 called shutdown" in out, what
-    assert wall < TIMEOUT + 10 + 10, what  # + interpreter starts on 2 shared cores
+    assert wall < TIMEOUT + 20, what  # + interpreter starts on 2 shared cores
