@@ -72,16 +72,24 @@ Status HandleTable::wait(HandleState& state, Deadline deadline) {
   return state.status;
 }
 
+std::string HandleState::what() const {
+  return std::string(tensors > 1 ? "grouped " : "") + opTypeName(op) +
+         (name.empty() ? "" : " '" + name + "'") +
+         (tensors > 1 ? " (+" + std::to_string(tensors - 1) + " more)" : "") + " (process set " +
+         std::to_string(process_set) + ")";
+}
+
 void HandleTable::fail(HandleState& state, const Status& status) {
   {
     std::lock_guard<std::mutex> lock(state.mu);
     if (state.done) return;
     state.remaining = 1;
   }
-  if (state.what.empty() || status.message().find(state.what) != std::string::npos)
+  const std::string what = state.what();
+  if (status.message().find(what) != std::string::npos)
     complete(state, status);
   else
-    complete(state, Status(status.code(), state.what + ": " + status.message()));
+    complete(state, Status(status.code(), what + ": " + status.message()));
 }
 
 void HandleTable::failAll(const Status& status) {

@@ -24,7 +24,12 @@ struct HandleState {
   Callback callback;
   Handle id = 0;
   int value = -1;  // add_process_set: the new id
-  std::string what;  // "allreduce 'grad.w' (process set 0)", for errors that name the op
+  // What the handle runs, for errors (built only when one is reported: submit is hot).
+  OpType op = OpType::kAllreduce;
+  std::string name;  // of the first tensor
+  int tensors = 1;
+  int process_set = 0;
+  std::string what() const;  // "allreduce 'grad.w' (process set 0)"
   HandleTable* owner = nullptr;
 };
 

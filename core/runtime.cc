@@ -109,10 +109,10 @@ Status Runtime::submit(int process_set, std::vector<TensorEntry> entries, Callba
     return error.status();
   }
   auto state = handles_.create(static_cast<int>(entries.size()), std::move(callback));
-  state->what = std::string(entries.size() > 1 ? "grouped " : "") +
-                opTypeName(entries[0].request.op) + " '" + entries[0].request.name + "'" +
-                (entries.size() > 1 ? " (+" + std::to_string(entries.size() - 1) + " more)" : "") +
-                " (process set " + std::to_string(process_set) + ")";
+  state->op = entries[0].request.op;
+  state->name = entries[0].request.name;
+  state->tensors = static_cast<int>(entries.size());
+  state->process_set = process_set;
   if (entries.size() > 1) {
     for (auto& e : entries) {
       // The same on every rank: no two groups in flight share a first name.
@@ -172,7 +172,7 @@ Status Runtime::wait(Handle handle, double timeout_seconds, Result* result) {
     // No verdict (rank 0 unreachable, say): the job cannot go on. Stop it, so that the op
     // no longer holds the caller's buffers once this returns.
     failJob(Status(StatusCode::kTimeout,
-                   "rank " + std::to_string(config_.topology.rank) + ": " + state->what +
+                   "rank " + std::to_string(config_.topology.rank) + ": " + state->what() +
                        " (handle " + std::to_string(handle) + ") not finished after " +
                        "TUTTI_TIMEOUT_SECONDS=" + secondsText(config_.timeout_seconds) +
                        "; the job is stopped"));
