@@ -14,6 +14,8 @@
  *   callback    a callback that calls tutti_shutdown (on the background thread)
  *   race        a thread submits while the main thread shuts down; every handle completes
  *   sleep       sleeps 60 s (for Ctrl-C to the launcher), then shuts down
+ *   slow        rank RANK works CODE seconds alone (a checkpoint) before step 3; the others
+ *               wait in the allreduce: fine under the collective deadline
  * A rank whose op fails prints "rank R: FAILED: <status> <message>" and exits with 3. */
 #include <tutti/tutti.h>
 
@@ -103,6 +105,13 @@ int main(int argc, char** argv) {
       return 0; /* after SIGCONT */
     }
     for (int round = 0; round < 1000; ++round) steps(3, kSteps); /* until an op fails */
+    return 0;
+  }
+  if (strcmp(mode, "slow") == 0) {
+    if (g_rank == who) sleep((unsigned)code);
+    steps(3, kSteps);
+    tutti_shutdown();
+    printf("rank %d: slow step ok\n", g_rank);
     return 0;
   }
   if (strcmp(mode, "sleep") == 0) {

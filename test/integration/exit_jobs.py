@@ -35,26 +35,34 @@ def job_processes(marker):
     return found
 
 
-def command(launcher, np, program):
+def command(launcher, np, program, tuttirun_args=()):
     if launcher == "mpirun":
         return [MPIRUN, "-np", str(np), "--oversubscribe", "--bind-to", "none",
                 "--mca", "btl", "self,vader"] + program
     how = "--mpi" if launcher == "tuttirun-mpi" else "--gloo"
-    return [sys.executable, TUTTIRUN, "-np", str(np), how] + program
+    return [sys.executable, TUTTIRUN, "-np", str(np), how] + list(tuttirun_args) + program
 
 
 class Job:
-    """Runs `program` (argv) on np ranks: rc, wall seconds, output, processes left (killed)."""
+    """Runs `program` (argv) on np ranks: rc, wall seconds, output, processes left (killed).
+    `env` is added to (None: removed from) the job's environment; `tuttirun_args` go to
+    tuttirun only."""
 
-    def __init__(self, launcher, np, program, limit=TIMEOUT + 40, interrupt_after=None):
-        marker = uuid.uuid4().hex
+    def __init__(self, launcher, np, program, limit=TIMEOUT + 40, interrupt_after=None,
+                 env=None, tuttirun_args=()):
+        marker, extra = uuid.uuid4().hex, env
         env = dict(os.environ, TUTTI_TIMEOUT_SECONDS=str(TIMEOUT),
                    TUTTI_EXIT_TEST_JOB=marker, OMPI_ALLOW_RUN_AS_ROOT="1",
                    OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                    OMPI_MCA_rmaps_base_oversubscribe="1")
         env.pop("TUTTI_EXIT_TESTS", None)
+        for name, value in (extra or {}).items():
+            if value is None:
+                env.pop(name, None)
+            else:
+                env[name] = value
         start = time.monotonic()
-        proc = subprocess.Popen(command(launcher, np, program), env=env,
+        proc = subprocess.Popen(command(launcher, np, program, tuttirun_args), env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 start_new_session=True)
         try:

@@ -74,6 +74,19 @@ class ExitTest(unittest.TestCase):
                            ["allreduce 'never.arrives' (process set 0)", "rank(s) 1",
                             "TUTTI_TIMEOUT_SECONDS"])
 
+    def test_start_timeout_is_not_the_op_deadline(self):
+        """Defect 5: a start timeout of 1 s (tuttirun --start-timeout, or
+        TUTTI_START_TIMEOUT_SECONDS) does not limit a 3 s step in which rank 0 works alone;
+        the collective deadline is TUTTI_TIMEOUT_SECONDS (default 30 minutes)."""
+        for launcher in LAUNCHERS:
+            with self.subTest(launcher=launcher):
+                env = {"TUTTI_TIMEOUT_SECONDS": None}
+                if launcher == "mpirun":
+                    env["TUTTI_START_TIMEOUT_SECONDS"] = "1"
+                job = Job(launcher, 2, ["slow", "0", "3"], env=env,
+                          tuttirun_args=["--start-timeout", "1"])
+                self.check(job, 0, 20, ["slow step ok"])
+
     def test_callback_that_shuts_down(self):
         """Defect 7: a callback calling tutti_shutdown on the background thread."""
         for launcher in LAUNCHERS[:2]:

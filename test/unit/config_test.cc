@@ -17,6 +17,8 @@ TEST_CASE("config defaults with an empty environment") {
   CHECK(c.cpu_operations.empty());
   CHECK(c.cache_capacity == 1024);
   CHECK(c.log_level == LogLevel::kWarning);
+  CHECK(c.timeout_seconds == 1800);       // collectives: 30 minutes, like torch.distributed
+  CHECK(c.start_timeout_seconds == 30);   // connecting: like horovodrun --start-timeout
   CHECK(c.topology.size == 1);
   CHECK(c.topology.rank == 0);
   CHECK(c.topology.source == "single process");
@@ -26,8 +28,9 @@ TEST_CASE("config parses every kind of value") {
   Env env = {{"TUTTI_FUSION_THRESHOLD", "1048576"}, {"TUTTI_CYCLE_TIME_MS", "2.5"},
              {"TUTTI_CPU_OPERATIONS", "gloo"},      {"TUTTI_TIMEOUT_SECONDS", "30"},
              {"TUTTI_LOG_LEVEL", "debug"},          {"TUTTI_STALL_CHECK_DISABLE", "1"},
-             {"TUTTI_CACHE_CAPACITY", "0"}};
+             {"TUTTI_CACHE_CAPACITY", "0"},         {"TUTTI_START_TIMEOUT_SECONDS", "7"}};
   Config c = parseConfig(&env);
+  CHECK(c.start_timeout_seconds == 7);
   CHECK(c.fusion_threshold == 1048576);
   CHECK(c.cycle_time_ms == 2.5);
   CHECK(c.cpu_operations == "gloo");
