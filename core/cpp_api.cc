@@ -22,8 +22,8 @@ std::shared_ptr<Runtime> g_runtime;
 // A Runtime that a callback shut down (on its own background thread, which cannot join
 // itself): joined by the next init, shutdown or the exit hook.
 std::shared_ptr<Runtime> g_retiring;
-// Whether the last Runtime stopped because another rank shut down or left.
-std::atomic<bool> g_stopped_by_peer{false};
+// Whether the last Runtime's job failed under it (another rank left, a fatal error).
+std::atomic<bool> g_job_failed{false};
 pid_t g_init_pid = 0;
 
 // Stops `rt` unless we are its own background thread (then parks it in g_retiring).
@@ -36,7 +36,7 @@ void retire(std::shared_ptr<Runtime> rt, const std::string& note) {
     return;
   }
   rt->shutdown(note);
-  g_stopped_by_peer = rt->stoppedByPeer();
+  g_job_failed = rt->jobFailed();
 }
 
 void reapRetiring() {
@@ -65,11 +65,11 @@ void shutdownAtExit(int status, void*) {
   retire(std::move(rt), "left the job (exited with code " + std::to_string(status) + ")");
 }
 
-// Runs last (registered before the transport's hooks). A rank that fails because another
-// rank shut down or left lets that rank's exit reach the launcher first, so that the
-// launcher, which reports the first failure, reports the cause.
+// Runs last (registered before the transport's hooks). A rank that fails because the job
+// failed under it (another rank left or was killed, a timeout) lets the cause's exit reach
+// the launcher first, so that the launcher, which reports the first failure, reports it.
 void settleAtExit(int status, void*) {
-  if (getpid() != g_init_pid || status == 0 || !g_stopped_by_peer) return;
+  if (getpid() != g_init_pid || status == 0 || !g_job_failed) return;
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
 }
 
@@ -138,7 +138,7 @@ Status init() {
   std::call_once(settle_once, [] { on_exit(settleAtExit, nullptr); });
   return guarded([&] {
     g_runtime = std::make_shared<Runtime>(parseConfig());
-    g_stopped_by_peer = false;
+    g_job_failed = false;
     g_init_pid = getpid();
     // After the transport's own exit hooks (MPI_Finalize), so that it runs before them.
     std::call_once(exit_once, [] { on_exit(shutdownAtExit, nullptr); });

@@ -189,6 +189,7 @@ void Runtime::failJob(const Status& status) {
     std::lock_guard<std::mutex> lock(status_mu_);
     if (stopped_.ok()) stopped_ = status;
   }
+  job_failed_ = true;
   TUTTI_LOG(kError) << status.message();
   std::vector<std::shared_ptr<ProcessSet>> sets;
   {
@@ -361,6 +362,7 @@ void Runtime::stop(const Status& status) {
     if (stopped_.ok()) stopped_ = status;
     first = stopped_;
   }
+  if (first.code() != StatusCode::kAborted) job_failed_ = true;
   if (first.code() != StatusCode::kAborted && status.code() != StatusCode::kAborted)
     TUTTI_LOG(kError) << "background thread stopped: " << first.message();
   std::vector<std::shared_ptr<ProcessSet>> sets;

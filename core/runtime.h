@@ -80,8 +80,9 @@ class Runtime {
 
   // The sticky error that stopped the runtime; OK while it runs.
   Status stoppedStatus() const;
-  // True once the job stopped because another rank shut down or left.
-  bool stoppedByPeer() const { return stopped_by_peer_.load(); }
+  // True once the job failed under this rank: another rank shut down or left, or a fatal
+  // error (a timeout, a lost peer); false after this rank's own shutdown.
+  bool jobFailed() const { return job_failed_.load(); }
 
  private:
   std::shared_ptr<ProcessSet> findSet(int id) const;
@@ -121,7 +122,7 @@ class Runtime {
   bool shutdown_requested_ = false;
   std::string leave_note_;             // under wake_mu_: why this rank stops
   bool thread_exited_ = false;         // under wake_mu_; wake_cv_ tells failJob
-  std::atomic<bool> stopped_by_peer_{false};
+  std::atomic<bool> job_failed_{false};
   std::thread::id thread_id_;
 
   mutable std::mutex status_mu_;

@@ -171,7 +171,7 @@ bool Runtime::runRound(bool* had_work) {
       note = leave_note_;
     }
     std::string who = exchangeLeaveNotes(*sets[0], note);
-    if (!shutting_down) stopped_by_peer_ = true;
+    if (!shutting_down) job_failed_ = true;
     stop(Status(StatusCode::kAborted,
                 shutting_down ? "Tutti was shut down" : "Tutti was shut down: " + who));
     return false;
