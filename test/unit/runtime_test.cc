@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <fstream>
 #include <sstream>
 
@@ -282,5 +283,41 @@ TEST_CASE("a tensor a rank never submits fails on every rank at TUTTI_TIMEOUT_SE
       if (s.message().find(part) == std::string::npos) c.fail("'" + std::string(part) + "' missing in: " + s.message());
     if (took > 6) c.fail("took " + std::to_string(took) + " s");
   }, failures, [](Config& config) { config.timeout_seconds = 1; });
+  CHECK(failures.summary() == "0 failure(s)");
+}
+
+TEST_CASE("handles used only with callbacks are released, the oldest first, and a callback may shut down") {
+  Failures failures;
+  runRanks(2, [](RankContext& c) {
+    std::vector<float> x(1, 1.0f);
+    std::atomic<size_t> calls{0};
+    const size_t n = HandleTable::kKeepCalledBack + 8;
+    Handle first = 0, last = 0;
+    for (size_t i = 0; i < n; ++i) {
+      std::vector<TensorEntry> entries;
+      entries.push_back(makeTestEntry(OpType::kAllreduce, "cb." + std::to_string(i), {1}, DataType::kFloat32, x.data(), x.data()));
+      Handle h = 0;
+      c.expectOk(c.rt.submit(0, std::move(entries), [&calls](Handle, const Status&) { ++calls; }, &h), "submit");
+      if (i == 0) first = h;
+      last = h;
+      if (i % 64 == 63)  // a bounded number in flight
+        for (int k = 0; k < 3000 && calls.load() + 8 < i; ++k) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    for (int k = 0; k < 10000 && calls.load() < n; ++k) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    if (calls.load() != n) c.fail("callbacks: " + std::to_string(calls.load()));
+    bool done = false;
+    if (c.rt.poll(first, &done).code() != StatusCode::kInvalidArgument) c.fail("the oldest callback handle is still known");
+    if (!c.rt.poll(last, &done).ok() || !done) c.fail("the newest callback handle is gone or not done");
+    // A callback that shuts down runs on the background thread, which must not join itself.
+    std::vector<TensorEntry> entries;
+    entries.push_back(makeTestEntry(OpType::kAllreduce, "cb.shutdown", {1}, DataType::kFloat32, x.data(), x.data()));
+    Handle h = 0;
+    Runtime* rt = &c.rt;
+    c.expectOk(c.rt.submit(0, std::move(entries), [rt](Handle, const Status&) { rt->shutdown(); }, &h), "submit");
+    auto deadline = Clock::now() + std::chrono::seconds(10);
+    while (c.rt.stoppedStatus().ok() && Clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    if (c.rt.stoppedStatus().ok()) c.fail("a callback's shutdown did not stop the runtime");
+  }, failures);
   CHECK(failures.summary() == "0 failure(s)");
 }
