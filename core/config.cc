@@ -172,7 +172,11 @@ std::map<std::string, std::string> processEnvironment() {
   return env;
 }
 
-// The first launcher whose variables are present decides the topology.
+// The first launcher whose rank and size are present gives them. Local and cross rank and
+// size are measured at init (core/topology.h); what the launcher says of them is kept to be
+// checked. Slurm's SLURM_LOCALID/SLURM_NODEID are not Horovod's local/cross values on every
+// layout (SLURM_NTASKS_PER_NODE is set only with --ntasks-per-node; node ids count nodes,
+// not ranks with the same local rank), so Slurm gives rank and size only.
 Topology parseTopology(const std::map<std::string, std::string>& env) {
   struct Source {
     const char* label;
@@ -183,28 +187,35 @@ Topology parseTopology(const std::map<std::string, std::string>& env) {
        "TUTTI_CROSS_RANK", "TUTTI_CROSS_SIZE"},
       {"Open MPI", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
        "OMPI_COMM_WORLD_LOCAL_SIZE", nullptr, nullptr},
-      {"Slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE",
-       "SLURM_NODEID", "SLURM_NNODES"},
+      {"Slurm", "SLURM_PROCID", "SLURM_NTASKS", nullptr, nullptr, nullptr, nullptr},
   };
-  auto get = [&](const char* key, int fallback, int lo, int hi) -> int {
-    if (key == nullptr) return fallback;
+  auto has = [&](const char* key) {
+    if (key == nullptr) return false;
     auto it = env.find(key);
-    if (it == env.end() || it->second.empty()) return fallback;
-    // Slurm writes "2(x3)" for uneven tasks per node: take the leading number.
-    std::string v = it->second.substr(0, it->second.find('('));
-    return static_cast<int>(parseInt(key, v, lo, hi));
+    return it != env.end() && !it->second.empty();
+  };
+  auto get = [&](const char* key, int lo, int hi) -> int {
+    return static_cast<int>(parseInt(key, env.at(key), lo, hi));
   };
   for (const auto& s : sources) {
-    if (env.count(s.rank) == 0 || env.count(s.size) == 0) continue;
+    if (!has(s.rank) || !has(s.size)) continue;
     Topology t;
     t.source = s.label;
-    t.size = get(s.size, 1, 1, 1 << 24);
-    t.rank = get(s.rank, 0, 0, t.size - 1);
-    t.local_size = get(s.local_size, 1, 1, t.size);
-    t.local_rank = get(s.local_rank, 0, 0, t.local_size - 1);
-    // Open MPI has no cross rank or size: assume equal slots per node.
-    t.cross_size = get(s.cross_size, (t.size + t.local_size - 1) / t.local_size, 1, t.size);
-    t.cross_rank = get(s.cross_rank, t.rank / t.local_size, 0, t.cross_size - 1);
+    t.size = get(s.size, 1, 1 << 24);
+    t.rank = get(s.rank, 0, t.size - 1);
+    // Until measured: every rank on a host of its own.
+    t.cross_rank = t.rank;
+    t.cross_size = t.size;
+    if (has(s.local_rank) && has(s.local_size)) {
+      t.local_given = true;
+      t.local_size = get(s.local_size, 1, t.size);
+      t.local_rank = get(s.local_rank, 0, t.local_size - 1);
+    }
+    if (has(s.cross_rank) && has(s.cross_size)) {
+      t.cross_given = true;
+      t.cross_size = get(s.cross_size, 1, t.size);
+      t.cross_rank = get(s.cross_rank, 0, t.cross_size - 1);
+    }
     return t;
   }
   return Topology();

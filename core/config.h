@@ -17,6 +17,9 @@ struct Topology {
   int local_rank = 0, local_size = 1;
   int cross_rank = 0, cross_size = 1;
   std::string source = "single process";  // "tuttirun", "Open MPI", "Slurm", ...
+  // Whether the launcher gave local (cross) rank and size. Either way they are measured at
+  // init (core/topology.h); values the launcher gave must agree with the measurement.
+  bool local_given = false, cross_given = false;
 };
 
 struct Config {

@@ -2,6 +2,7 @@
 
 #include "backends/registry.h"
 #include "core/logging.h"
+#include "core/topology.h"
 #include "core/validation.h"
 
 #include <sys/prctl.h>
@@ -34,8 +35,10 @@ Runtime::Runtime(Config config, std::unique_ptr<Transport> transport)
   createSet(0, all);
   thread_ = std::thread([this] { loop(); });
   thread_id_ = thread_.get_id();
-  TUTTI_LOG(kInfo) << "initialized: rank " << config_.topology.rank << " of "
-                   << config_.topology.size << " (" << config_.topology.source << "), "
+  const Topology& t = config_.topology;
+  TUTTI_LOG(kInfo) << "initialized: rank " << t.rank << " of " << t.size << " (" << t.source
+                   << "), local rank " << t.local_rank << " of " << t.local_size
+                   << ", cross rank " << t.cross_rank << " of " << t.cross_size << ", "
                    << transport_->name() << " transport";
 }
 
@@ -82,6 +85,11 @@ std::shared_ptr<ProcessSet> Runtime::createSet(int id, std::vector<int> ranks) {
                                           config_.cache_capacity);
   if (set->member()) {
     set->control = transport_->makeControlPlane(set->ranks, id);
+    // The global set's control plane is the first channel to every rank: the topology is
+    // measured over it before any backend is made (NCCL picks its GPU by local rank).
+    if (id == 0)
+      config_.topology = measureTopology(config_.topology, *set->control,
+                                         deadlineAfter(config_.start_timeout_seconds));
     set->backends = makeBackends(*transport_, *set->control, set->ranks, id, config_);
   }
   std::lock_guard<std::mutex> lock(sets_mu_);

@@ -142,8 +142,27 @@ def settings_env(args):
     return env
 
 
+# Variables that describe this host, this shell or an outer job, not the training job: they
+# stay behind when the environment follows the ranks to other hosts.
+HOST_SPECIFIC = {"HOSTNAME", "HOST", "SHLVL", "PWD", "OLDPWD", "_", "DISPLAY", "XAUTHORITY",
+                 "TERM", "TERMCAP", "TMUX", "TMUX_PANE", "STY", "WINDOW", "MAIL", "LOGNAME",
+                 "USER", "HOME", "SHELL", "TUTTI_SECRET_FILE", SECRET_ENV}
+HOST_SPECIFIC_PREFIXES = ("SSH_", "BASH_FUNC_", "OMPI_", "PMIX_", "SLURM_", "XDG_")
+
+
+def forwarded_environment():
+    """This environment as remote ranks get it, like horovodrun's: everything but what
+    belongs to this host or shell (HOST_SPECIFIC). -x still adds or overrides."""
+    return {name: value for name, value in os.environ.items()
+            if name not in HOST_SPECIFIC and not name.startswith(HOST_SPECIFIC_PREFIXES)}
+
+
 def run_mpi(args, host_list, env):
     env = dict(env, TUTTI_CPU_OPERATIONS="mpi")
+    if host_list and not all(hostlib.is_local(h) for h, _ in host_list):
+        # mpirun passes remote ranks only what -x names: name the whole environment (by
+        # name only: mpirun reads the values from its own environment, off the command line).
+        env = dict(dict.fromkeys(forwarded_environment()), **env)
     argv = mpirun_command(args.np, host_list, env, args.command, args.output_filename)
     if args.verbose or args.dry_run:
         print("tuttirun: " + " ".join(shlex.quote(a) for a in argv), flush=True)
@@ -208,10 +227,8 @@ def run_gloo(args, host_list, env):
                 full[SECRET_ENV] = secret
                 job.start_local(s, args.command, full)
             else:
-                for name, value in os.environ.items():
-                    if name.startswith("TUTTI_") and name not in (SECRET_ENV,
-                                                                  "TUTTI_SECRET_FILE"):
-                        worker_env.setdefault(name, value)
+                for name, value in forwarded_environment().items():
+                    worker_env.setdefault(name, value)
                 argv, stdin = remote_command(s.host, args.command, worker_env, os.getcwd(),
                                              secret, args.ssh_port, args.ssh_identity_file,
                                              args.start_timeout or 30)

@@ -17,8 +17,20 @@ def _parse_slots(text, where):
     return slots
 
 
+def merge_repeated(hosts):
+    """A host named more than once gets the sum of its slots, at its first place: PBS and SGE
+    nodefiles list a host once per slot, and mpirun adds repeated entries up the same way."""
+    order, slots = [], {}
+    for name, count in hosts:
+        if name not in slots:
+            order.append(name)
+            slots[name] = 0
+        slots[name] += count
+    return [(name, slots[name]) for name in order]
+
+
 def parse_hosts(spec):
-    """'h1:2,h2:4,h3' -> [('h1', 2), ('h2', 4), ('h3', 1)]."""
+    """'h1:2,h2:4,h3' -> [('h1', 2), ('h2', 4), ('h3', 1)]; 'h1,h1,h2' -> [('h1', 2), ('h2', 1)]."""
     hosts = []
     for item in spec.split(","):
         item = item.strip()
@@ -31,11 +43,12 @@ def parse_hosts(spec):
             hosts.append((item, 1))
     if not hosts:
         raise HostError("-H %r names no host" % spec)
-    return hosts
+    return merge_repeated(hosts)
 
 
 def parse_hostfile(path):
-    """Lines 'host slots=N' (or 'host:N' or 'host'); '#' starts a comment."""
+    """Lines 'host slots=N' (or 'host:N' or 'host', one line per slot as PBS/SGE/LSF write
+    them); '#' starts a comment; a repeated host adds up."""
     hosts = []
     with open(path) as f:
         for number, line in enumerate(f, 1):
@@ -59,7 +72,7 @@ def parse_hostfile(path):
             hosts.append((name, slots))
     if not hosts:
         raise HostError("hostfile %s names no host" % path)
-    return hosts
+    return merge_repeated(hosts)
 
 
 class Slot:

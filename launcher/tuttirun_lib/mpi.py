@@ -3,7 +3,8 @@ import os
 
 
 def mpirun_command(np, hosts, env, command, output_dir=None, mpirun="mpirun", cores=None):
-    """hosts: [(name, slots)] or None; env: variables to export with -x NAME=VALUE."""
+    """hosts: [(name, slots)] or None; env: variables to export with -x NAME=VALUE (-x NAME
+    where the value is None: mpirun passes its own)."""
     cores = cores if cores is not None else (os.cpu_count() or 1)
     argv = [mpirun, "-np", str(np)]
     if hosts:
@@ -18,5 +19,5 @@ def mpirun_command(np, hosts, env, command, output_dir=None, mpirun="mpirun", co
     if output_dir:
         argv += ["--output-filename", output_dir]
     for name in sorted(env):
-        argv += ["-x", "%s=%s" % (name, env[name])]
+        argv += ["-x", name if env[name] is None else "%s=%s" % (name, env[name])]
     return argv + list(command)

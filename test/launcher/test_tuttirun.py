@@ -134,6 +134,21 @@ class HostParsingTest(unittest.TestCase):
         finally:
             os.unlink(f.name)
 
+    def test_repeated_hosts_add_up(self):
+        # -H h1:1,h2:1,h1:1 and a PBS/SGE nodefile naming each host once per slot
+        self.assertEqual(hostlib.parse_hosts("h1:1,h2:1,h1:1"), [("h1", 2), ("h2", 1)])
+        with tempfile.NamedTemporaryFile("w", suffix=".nodes", delete=False) as f:
+            f.write("h1\nh1\nh2\n# spare\n\nh2\n")
+        try:
+            hosts = hostlib.parse_hostfile(f.name)
+        finally:
+            os.unlink(f.name)
+        self.assertEqual(hosts, [("h1", 2), ("h2", 2)])
+        self.assertEqual([(s.host, s.local_rank, s.local_size, s.cross_rank, s.cross_size)
+                          for s in hostlib.place(hosts, 4)],
+                         [("h1", 0, 2, 0, 2), ("h1", 1, 2, 0, 2), ("h2", 0, 2, 1, 2),
+                          ("h2", 1, 2, 1, 2)])
+
     def test_placement_with_uneven_hosts(self):
         slots = hostlib.place([("a", 3), ("b", 1), ("c", 2)], 5)
         self.assertEqual([(s.rank, s.host, s.local_rank, s.local_size, s.cross_rank,

@@ -61,28 +61,28 @@ TEST_CASE("a bad value is an error naming the variable, the value and what was e
   CHECK(message({{"TUTTI_RANK", "5"}, {"TUTTI_SIZE", "4"}}).find("TUTTI_RANK='5'") == 0);
 }
 
-TEST_CASE("topology comes from tuttirun, then Open MPI, then Slurm") {
+TEST_CASE("rank and size come from tuttirun, then Open MPI, then Slurm") {
   Env tutti = {{"TUTTI_RANK", "3"},       {"TUTTI_SIZE", "4"},       {"TUTTI_LOCAL_RANK", "1"},
                {"TUTTI_LOCAL_SIZE", "2"}, {"TUTTI_CROSS_RANK", "1"}, {"TUTTI_CROSS_SIZE", "2"},
                {"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "9"}};
   Topology t = parseConfig(&tutti).topology;
   CHECK(t.source == "tuttirun");
   CHECK((t.rank == 3 && t.size == 4 && t.local_rank == 1 && t.local_size == 2 &&
-         t.cross_rank == 1 && t.cross_size == 2));
+         t.cross_rank == 1 && t.cross_size == 2 && t.local_given && t.cross_given));
 
   Env ompi = {{"OMPI_COMM_WORLD_RANK", "2"}, {"OMPI_COMM_WORLD_SIZE", "3"},
               {"OMPI_COMM_WORLD_LOCAL_RANK", "2"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "3"}};
   t = parseConfig(&ompi).topology;
   CHECK(t.source == "Open MPI");
-  CHECK((t.rank == 2 && t.size == 3 && t.local_rank == 2 && t.local_size == 3 &&
-         t.cross_rank == 0 && t.cross_size == 1));
+  CHECK((t.rank == 2 && t.size == 3 && t.local_rank == 2 && t.local_size == 3));
+  CHECK((t.local_given && !t.cross_given));  // Open MPI has no cross rank: measured
 
-  Env slurm = {{"SLURM_PROCID", "5"}, {"SLURM_NTASKS", "8"}, {"SLURM_LOCALID", "1"},
-               {"SLURM_NTASKS_PER_NODE", "4(x2)"}, {"SLURM_NODEID", "1"}, {"SLURM_NNODES", "2"}};
+  // Plain `srun -n 3`: no SLURM_NTASKS_PER_NODE; local values are measured, not parsed.
+  Env slurm = {{"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "3"}, {"SLURM_LOCALID", "1"},
+               {"SLURM_NODEID", "0"}, {"SLURM_NNODES", "1"}};
   t = parseConfig(&slurm).topology;
   CHECK(t.source == "Slurm");
-  CHECK((t.rank == 5 && t.size == 8 && t.local_rank == 1 && t.local_size == 4 &&
-         t.cross_rank == 1 && t.cross_size == 2));
+  CHECK((t.rank == 1 && t.size == 3 && !t.local_given && !t.cross_given));
 }
 
 TEST_CASE("the secret can come from a file") {

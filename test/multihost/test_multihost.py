@@ -1,0 +1,284 @@
+"""Multi-host tests on simulated hosts (hosts.sh: network namespaces on a bridge, each with
+its own host name and sshd), over gloo (tuttirun) and MPI (tuttirun --mpi, i.e. mpirun over
+ssh): per-rank topology for even, uneven and repeated-name layouts, the integration suite
+and the example trainer across hosts, the environment following the ranks, and faults (a
+remote rank killed with SIGKILL, a host whose link goes down mid-job): the job ends within
+its deadline naming the peer, the launcher exits non-zero, and nothing is left on any host.
+
+Needs root, iproute2 and openssh-server; skipped (exit code 77 for CTest) without them.
+Environment (set by CTest): TUTTIRUN, PROBE, INTEG_DIR, TRAINER.
+"""
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+HOSTS_SH = os.path.join(HERE, "hosts.sh")
+STATE = os.environ.setdefault("TUTTI_MULTIHOST_DIR", "/tmp/tutti-multihost")
+TUTTIRUN = os.environ.get("TUTTIRUN", "tuttirun")
+PROBE = os.environ.get("PROBE", "")
+INTEG_DIR = os.environ.get("INTEG_DIR", "")
+TRAINER = os.environ.get("TRAINER", "")
+SKIP_CODE = 77
+DEADLINE = 8  # TUTTI_TIMEOUT_SECONDS in the fault tests
+H = ["tutti-h1", "tutti-h2", "tutti-h3"]
+
+
+def why_not_runnable():
+    if os.geteuid() != 0:
+        return "needs root (network namespaces)"
+    if not os.path.exists("/usr/sbin/sshd"):
+        return "needs openssh-server (/usr/sbin/sshd)"
+    if not shutil.which("ip"):
+        return "needs iproute2"
+    if not PROBE or not os.path.exists(PROBE):
+        return "PROBE (the probe program) not built"
+    return None
+
+
+def hosts(*args, check=True):
+    return subprocess.run(["bash", HOSTS_SH] + list(args), check=check, timeout=60,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def job_env(**extra):
+    env = dict(os.environ)
+    env["PATH"] = os.path.join(STATE, "bin") + os.pathsep + env["PATH"]
+    env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
+    env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+    env.update(extra)
+    return env
+
+
+def launch(args, timeout=120, **extra):
+    """Runs tuttirun with args; returns (exit code, output, seconds)."""
+    start = time.monotonic()
+    proc = subprocess.Popen([TUTTIRUN] + args, env=job_env(**extra), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, 9)
+        out, _ = proc.communicate()
+        raise AssertionError("tuttirun %s did not end within %d s:\n%s" %
+                             (" ".join(args), timeout, out))
+    return proc.returncode, out, time.monotonic() - start
+
+
+def host_processes(host):
+    """Processes in a host's namespace other than its sshd listener: what a job left."""
+    pids = subprocess.run(["ip", "netns", "pids", host], stdout=subprocess.PIPE, text=True,
+                          timeout=10).stdout.split()
+    with open(os.path.join(STATE, "sshd-%s.pid" % host[len("tutti-h"):])) as f:
+        listener = f.read().strip()
+    left = []
+    for pid in pids:
+        if pid == listener:
+            continue
+        try:
+            with open("/proc/%s/cmdline" % pid, "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:
+            continue  # gone meanwhile
+        left.append("%s: %s" % (pid, cmd))
+    return left
+
+
+def local_leftovers(marker):
+    out = subprocess.run(["pgrep", "-af", marker], stdout=subprocess.PIPE, text=True).stdout
+    return [line for line in out.splitlines() if "pgrep" not in line]
+
+
+class MultiHostCase(unittest.TestCase):
+    def assert_nothing_left(self, within=15.0):
+        """Every host's namespace holds only its sshd, and no probe runs here, within
+        `within` seconds (remote sessions take a moment to close)."""
+        end = time.monotonic() + within
+        while True:
+            left = {h: host_processes(h) for h in H}
+            left = {h: p for h, p in left.items() if p}
+            here = local_leftovers(PROBE) if PROBE else []
+            if not left and not here:
+                return
+            if time.monotonic() > end:
+                self.fail("processes left after the job: %r %r" % (left, here))
+            time.sleep(0.25)
+
+
+def topology_rows(out):
+    rows = {}
+    for line in out.splitlines():
+        m = re.search(r"TOPO (\S+) (\d+) (\d+) (\d+) (\d+) (\d+) (\d+)", line)
+        if m:
+            host = m.group(1)
+            rank, size, lr, ls, cr, cs = map(int, m.groups()[1:])
+            rows[rank] = (host, size, lr, ls, cr, cs)
+    return rows
+
+
+class TopologyTest(MultiHostCase):
+    # rank -> (host, local rank, local size, cross rank, cross size), Horovod's definitions
+    EVEN = {0: ("tutti-h1", 0, 2, 0, 2), 1: ("tutti-h1", 1, 2, 0, 2),
+            2: ("tutti-h2", 0, 2, 1, 2), 3: ("tutti-h2", 1, 2, 1, 2)}
+    UNEVEN = {0: ("tutti-h1", 0, 2, 0, 3), 1: ("tutti-h1", 1, 2, 0, 2),
+              2: ("tutti-h2", 0, 2, 1, 3), 3: ("tutti-h2", 1, 2, 1, 2),
+              4: ("tutti-h3", 0, 1, 2, 3)}
+
+    def check(self, args, np, want):
+        for mode in ("--gloo", "--mpi"):
+            with self.subTest(mode=mode, args=args):
+                rc, out, _ = launch(["-np", str(np), mode] + args + [PROBE, "topology"])
+                self.assertEqual(rc, 0, out)
+                rows = topology_rows(out)
+                self.assertEqual(sorted(rows), list(range(np)), out)
+                for rank, (host, lr, ls, cr, cs) in want.items():
+                    self.assertEqual(rows[rank], (host, np, lr, ls, cr, cs),
+                                     "rank %d under %s:\n%s" % (rank, mode, out))
+
+    def test_even_layout(self):
+        self.check(["-H", "tutti-h1:2,tutti-h2:2"], 4, self.EVEN)
+
+    def test_uneven_layout(self):
+        self.check(["-H", "tutti-h1:2,tutti-h2:2,tutti-h3:1"], 5, self.UNEVEN)
+
+    def test_hostfile_naming_a_host_once_per_slot(self):
+        with tempfile.NamedTemporaryFile("w", suffix=".nodes", delete=False) as f:
+            f.write("tutti-h1\ntutti-h1\ntutti-h2\ntutti-h2\n")
+        try:
+            self.check(["--hostfile", f.name], 4, self.EVEN)
+        finally:
+            os.unlink(f.name)
+
+
+class JobsAcrossHostsTest(MultiHostCase):
+    def test_integration_suite_across_hosts(self):
+        for mode in ("--gloo", "--mpi"):
+            for binary in ("integ_allreduce", "integ_collectives"):
+                with self.subTest(mode=mode, binary=binary):
+                    rc, out, _ = launch(["-np", "4", mode, "-H",
+                                         "tutti-h1:2,tutti-h2:1,tutti-h3:1",
+                                         os.path.join(INTEG_DIR, binary)], timeout=240,
+                                        TUTTI_TIMEOUT_SECONDS="60")
+                    self.assertEqual(rc, 0, out[-4000:])
+                    self.assertEqual(out.count("All tests passed"), 4, out[-4000:])
+        self.assert_nothing_left()
+
+    @unittest.skipUnless(TRAINER and os.path.exists(TRAINER), "trainer not built")
+    def test_example_trainer_across_hosts(self):
+        for mode in ("--gloo", "--mpi"):
+            with self.subTest(mode=mode):
+                rc, out, _ = launch(["-np", "3", mode, "-H",
+                                     "tutti-h1:1,tutti-h2:1,tutti-h3:1", TRAINER,
+                                     "--steps", "100"], timeout=180)
+                self.assertEqual(rc, 0, out[-4000:])
+                self.assertRegex(out, r"ranks 3 .*weights identical on all ranks: yes")
+
+    def test_environment_follows_the_ranks(self):
+        for mode in ("--gloo", "--mpi"):
+            with self.subTest(mode=mode):
+                rc, out, _ = launch(["-np", "2", mode, "-H", "tutti-h1:1,tutti-h2:1",
+                                     "-x", "TUTTI_MH_OVERRIDDEN=from-x",
+                                     PROBE, "env", "TUTTI_MH_FORWARDED"],
+                                    TUTTI_MH_FORWARDED="from-here",
+                                    TUTTI_MH_OVERRIDDEN="from-here")
+                self.assertEqual(rc, 0, out)
+                self.assertEqual(out.count("ENV TUTTI_MH_FORWARDED=from-here"), 2, out)
+                rc, out, _ = launch(["-np", "2", mode, "-H", "tutti-h1:1,tutti-h2:1",
+                                     "-x", "TUTTI_MH_OVERRIDDEN=from-x",
+                                     PROBE, "env", "TUTTI_MH_OVERRIDDEN"],
+                                    TUTTI_MH_OVERRIDDEN="from-here")
+                self.assertEqual(rc, 0, out)
+                self.assertEqual(out.count("ENV TUTTI_MH_OVERRIDDEN=from-x"), 2, out)
+
+
+class FaultTest(MultiHostCase):
+    LAYOUT = ["-H", "tutti-h1:2,tutti-h2:2"]
+
+    def start_loop(self, mode, seconds=120):
+        args = ["-np", "4", mode] + self.LAYOUT + [PROBE, "loop", str(seconds)]
+        proc = subprocess.Popen([TUTTIRUN] + args, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                                env=job_env(TUTTI_TIMEOUT_SECONDS=str(DEADLINE),
+                                            TUTTI_START_TIMEOUT_SECONDS="20"))
+        lines = []
+        end = time.monotonic() + 60
+        while time.monotonic() < end and sum("LOOPING" in l for l in lines) < 4:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            lines.append(line)
+        if sum("LOOPING" in l for l in lines) < 4:
+            os.killpg(proc.pid, 9)
+            self.fail("the job did not start looping:\n" + "".join(lines))
+        return proc, lines
+
+    def finish(self, proc, lines, limit):
+        start = time.monotonic()
+        try:
+            out, _ = proc.communicate(timeout=limit)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)
+            out, _ = proc.communicate()
+            self.fail("tuttirun did not end within %d s of the fault:\n%s" %
+                      (limit, "".join(lines) + out))
+        return proc.returncode, "".join(lines) + out, time.monotonic() - start
+
+    def probe_pids(self, host):
+        return [p.split(":")[0] for p in host_processes(host) if PROBE in p and "sh -c" not in p]
+
+    def test_remote_rank_killed(self):
+        for mode in ("--gloo", "--mpi"):
+            with self.subTest(mode=mode):
+                proc, lines = self.start_loop(mode)
+                victims = self.probe_pids("tutti-h2")
+                self.assertTrue(victims, "no probe found on tutti-h2")
+                os.kill(int(victims[0]), 9)
+                rc, out, took = self.finish(proc, lines, DEADLINE + 30)
+                self.assertNotEqual(rc, 0, out)
+                self.assertLess(took, DEADLINE + 30, out)
+                if mode == "--gloo":
+                    self.assertRegex(out, r"rank [23] .*(killed by signal 9|SIGKILL)", out)
+                self.assert_nothing_left()
+
+    def test_link_down(self):
+        for mode in ("--gloo", "--mpi"):
+            with self.subTest(mode=mode):
+                proc, lines = self.start_loop(mode)
+                hosts("link", "tutti-h2", "down")
+                try:
+                    rc, out, took = self.finish(proc, lines, DEADLINE + 40)
+                finally:
+                    hosts("link", "tutti-h2", "up")
+                self.assertNotEqual(rc, 0, out)
+                # The ranks on the lost host notice their peers are gone and end by themselves.
+                self.assert_nothing_left(within=DEADLINE + 20)
+
+
+def main():
+    why = why_not_runnable()
+    if why:
+        print("multihost tests skipped: " + why)
+        return SKIP_CODE
+    setup = hosts("up", "3", check=False)
+    print(setup.stdout, end="")
+    if setup.returncode != 0:
+        hosts("down", check=False)
+        print("multihost tests skipped: simulated hosts could not be made")
+        return SKIP_CODE
+    try:
+        program = unittest.main(module=__name__, argv=[sys.argv[0]] + sys.argv[1:],
+                                exit=False, verbosity=2)
+        return 0 if program.result.wasSuccessful() else 1
+    finally:
+        down = hosts("down", check=False)
+        if down.returncode != 0:
+            print(down.stdout)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
