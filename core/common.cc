@@ -105,6 +105,41 @@ int64_t shapeElements(const std::vector<int64_t>& shape) {
   return n;
 }
 
+bool checkedMul(int64_t a, int64_t b, int64_t* out) {
+  int64_t r = 0;
+  if (__builtin_mul_overflow(a, b, &r)) return false;
+  *out = r;
+  return true;
+}
+
+bool checkedAdd(int64_t a, int64_t b, int64_t* out) {
+  int64_t r = 0;
+  if (__builtin_add_overflow(a, b, &r)) return false;
+  *out = r;
+  return true;
+}
+
+bool tensorBytes(const std::vector<int64_t>& shape, DataType dtype, int64_t* bytes) {
+  int64_t nonzero = dataTypeBytes(dtype);
+  bool empty = false;
+  for (int64_t d : shape) {
+    if (d < 0) return false;
+    if (d == 0) {
+      empty = true;
+      continue;
+    }
+    if (!checkedMul(nonzero, d, &nonzero) || nonzero > kMaxTensorBytes) return false;
+  }
+  *bytes = empty ? 0 : nonzero;
+  return true;
+}
+
+std::string quotedName(const std::string& name) {
+  constexpr size_t kShown = 64;
+  if (name.size() <= kShown) return "'" + name + "'";
+  return "'" + name.substr(0, kShown) + "...'(" + std::to_string(name.size()) + " bytes)";
+}
+
 std::string secondsText(double seconds) {
   std::ostringstream out;
   out << std::setprecision(seconds < 10 ? 2 : 6) << seconds;
