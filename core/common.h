@@ -55,11 +55,11 @@ bool isValidReduceOp(int op);
 std::string shapeString(const std::vector<int64_t>& shape);  // "[4,8]"
 int64_t shapeElements(const std::vector<int64_t>& shape);   // product; 1 for []
 
-// Sizes. No tensor may exceed kMaxTensorBytes: 2^56 bytes is more than any process can
-// address (x86-64 and aarch64 user space is at most 2^56 bytes even with 5-level paging),
-// so a larger size is a caller's mistake, and every byte count computed from a valid
-// shape (sums over ranks included) fits in int64 with room to spare.
-constexpr int64_t kMaxTensorBytes = int64_t(1) << 56;
+// Sizes. No tensor may exceed kMaxTensorBytes (TUTTI_MAX_TENSOR_BYTES, 2^56): more than any
+// process can address (x86-64 and aarch64 user space is at most 2^56 bytes even with
+// 5-level paging), so a larger size is a caller's mistake, and every byte count computed
+// from a valid shape (sums over ranks included) fits in int64 with room to spare.
+constexpr int64_t kMaxTensorBytes = TUTTI_MAX_TENSOR_BYTES;
 // a * b or a + b into *out; false (and *out untouched) when the result does not fit int64.
 bool checkedMul(int64_t a, int64_t b, int64_t* out);
 bool checkedAdd(int64_t a, int64_t b, int64_t* out);
