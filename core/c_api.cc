@@ -5,6 +5,7 @@
 #include <tutti/tutti.h>
 #include <tutti/tutti.hpp>
 
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -91,6 +92,13 @@ bool checkOptions(const char* op, const char* name, const tutti_op_options_t* o)
       return false;
     }
   }
+  return true;
+}
+
+// A timeout must be a number (negative: TUTTI_TIMEOUT_SECONDS). NaN is refused; the handle stays.
+bool badTimeout(const char* call, double seconds) {
+  if (!std::isnan(seconds)) return false;
+  invalid(std::string(call) + ": timeout_seconds is NaN, expected seconds (< 0: TUTTI_TIMEOUT_SECONDS)");
   return true;
 }
 
@@ -256,6 +264,7 @@ TUTTI_C_OUTPUT_OP(tutti_reducescatter_async, reducescatterAsync, "reducescatter"
 #undef TUTTI_C_OUTPUT_OP
 
 tutti_status_t tutti_barrier(int process_set, double timeout_seconds) {
+  if (badTimeout("barrier", timeout_seconds)) return TUTTI_ERR_INVALID_ARGUMENT;
   return guarded([&] {
     tutti::Handle h = 0;
     tutti::Status s = tutti::barrierAsync(process_set, &h);
@@ -264,6 +273,7 @@ tutti_status_t tutti_barrier(int process_set, double timeout_seconds) {
 }
 
 tutti_status_t tutti_join(int process_set, double timeout_seconds, int* last_joined_rank) {
+  if (badTimeout("join", timeout_seconds)) return TUTTI_ERR_INVALID_ARGUMENT;
   return guarded([&] {
     tutti::Handle h = 0;
     tutti::Status s = tutti::joinAsync(process_set, &h);
@@ -286,6 +296,7 @@ tutti_status_t tutti_poll(tutti_handle_t handle, int* done) {
 }
 
 tutti_status_t tutti_wait(tutti_handle_t handle, double timeout_seconds) {
+  if (badTimeout("wait", timeout_seconds)) return TUTTI_ERR_INVALID_ARGUMENT;
   return guarded([&] {
     tutti::Result result;
     tutti::Status s = tutti::wait(handle, timeout_seconds, &result);
@@ -297,6 +308,7 @@ tutti_status_t tutti_wait(tutti_handle_t handle, double timeout_seconds) {
 
 tutti_status_t tutti_wait_result(tutti_handle_t handle, double timeout_seconds,
                                  tutti_result_t* out) {
+  if (badTimeout("wait_result", timeout_seconds)) return TUTTI_ERR_INVALID_ARGUMENT;
   if (out == nullptr) return invalid("wait_result: result pointer is null");
   if (out->struct_size != sizeof(tutti_result_t))
     return invalid("wait_result: result struct_size is " + std::to_string(out->struct_size) +

@@ -1,5 +1,7 @@
 #include "core/common.h"
 
+#include <algorithm>
+#include <cmath>
 #include <iomanip>
 #include <sstream>
 
@@ -80,7 +82,9 @@ bool isValidDataType(int dtype) { return dtype >= 0 && dtype < kNumDataTypes; }
 bool isValidReduceOp(int op) { return op >= TUTTI_SUM && op <= TUTTI_PRODUCT; }
 
 Deadline deadlineAfter(double seconds) {
-  if (seconds > 1e9) seconds = 1e9;
+  // Outside +-1e9 s (or NaN) the conversion to clock ticks would overflow.
+  if (std::isnan(seconds)) seconds = 0;
+  seconds = std::min(std::max(seconds, -1e9), 1e9);
   return Clock::now() + std::chrono::duration_cast<Clock::duration>(
                             std::chrono::duration<double>(seconds));
 }
