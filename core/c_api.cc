@@ -34,6 +34,16 @@ tutti_status_t guarded(F&& f) {
   }
 }
 
+// The value a C caller stored in an enum field or argument. C allows any int there; C++
+// must not read an out-of-range value as the enum type, so the bytes are read as an int.
+template <typename E>
+int rawEnum(const E& value) {
+  static_assert(sizeof(E) == sizeof(int), "C enums are int-sized here");
+  int raw = 0;
+  std::memcpy(&raw, &value, sizeof raw);
+  return raw;
+}
+
 std::string nameOf(const char* name) { return name ? std::string(name) : std::string(); }
 
 // "allreduce 'name'" for messages, long names shortened.
@@ -52,12 +62,13 @@ bool toView(const char* op, const char* name, const tutti_tensor_t* t, tutti::Te
             std::to_string(TUTTI_MAX_DIMS) + "]");
     return false;
   }
-  if (!tutti::isValidDataType(t->dtype)) {
-    invalid(what(op, name) + ": dtype " + std::to_string(t->dtype) + " is not a tutti_dtype_t");
+  const int dtype = rawEnum(t->dtype);
+  if (!tutti::isValidDataType(dtype)) {
+    invalid(what(op, name) + ": dtype " + std::to_string(dtype) + " is not a tutti_dtype_t");
     return false;
   }
   view->data = t->data;
-  view->dtype = static_cast<tutti::DataType>(t->dtype);
+  view->dtype = static_cast<tutti::DataType>(dtype);
   view->shape.assign(t->shape, t->shape + t->ndim);
   return true;
 }
@@ -74,8 +85,8 @@ bool checkOptions(const char* op, const char* name, const tutti_op_options_t* o)
             " (call tutti_op_options_init)");
     return false;
   }
-  if (!tutti::isValidReduceOp(o->op)) {
-    invalid(what(op, name) + ": op " + std::to_string(o->op) + " is not a tutti_reduce_op_t");
+  if (!tutti::isValidReduceOp(rawEnum(o->op))) {
+    invalid(what(op, name) + ": op " + std::to_string(rawEnum(o->op)) + " is not a tutti_reduce_op_t");
     return false;
   }
   if (o->splits == nullptr && o->nsplits != 0) {
@@ -105,7 +116,7 @@ bool badTimeout(const char* call, double seconds) {
 tutti::OpOptions toOptions(const tutti_op_options_t* o) {
   tutti::OpOptions options;
   if (o == nullptr) return options;
-  options.op = static_cast<tutti::ReduceOp>(o->op);
+  options.op = static_cast<tutti::ReduceOp>(rawEnum(o->op));
   options.prescale = o->prescale;
   options.postscale = o->postscale;
   options.root = o->root;
@@ -165,7 +176,7 @@ const char* tutti_status_string(tutti_status_t status) {
 }
 
 const char* tutti_dtype_name(tutti_dtype_t dtype) {
-  return tutti::isValidDataType(dtype) ? tutti::dataTypeName(static_cast<tutti::DataType>(dtype))
+  return tutti::isValidDataType(rawEnum(dtype)) ? tutti::dataTypeName(static_cast<tutti::DataType>(rawEnum(dtype)))
                                        : "unknown-dtype";
 }
 
@@ -190,8 +201,8 @@ tutti_status_t tutti_allreduce_async(const char* name, const void* input, void* 
                                      int64_t count, tutti_dtype_t dtype, tutti_reduce_op_t op,
                                      double prescale, double postscale, tutti_handle_t* handle) {
   if (count < 0) return invalid(what("allreduce", name) + ": count " + std::to_string(count) + " is negative");
-  if (!tutti::isValidDataType(dtype)) return invalid(what("allreduce", name) + ": dtype " + std::to_string(dtype) + " is not a tutti_dtype_t");
-  if (!tutti::isValidReduceOp(op)) return invalid(what("allreduce", name) + ": op " + std::to_string(op) + " is not a tutti_reduce_op_t");
+  if (!tutti::isValidDataType(rawEnum(dtype))) return invalid(what("allreduce", name) + ": dtype " + std::to_string(rawEnum(dtype)) + " is not a tutti_dtype_t");
+  if (!tutti::isValidReduceOp(rawEnum(op))) return invalid(what("allreduce", name) + ": op " + std::to_string(rawEnum(op)) + " is not a tutti_reduce_op_t");
   return guarded([&] {
     tutti::OpOptions options;
     options.op = static_cast<tutti::ReduceOp>(op);
@@ -204,7 +215,7 @@ tutti_status_t tutti_allreduce_async(const char* name, const void* input, void* 
 tutti_status_t tutti_broadcast_async(const char* name, void* buffer, int64_t count,
                                      tutti_dtype_t dtype, int root, tutti_handle_t* handle) {
   if (count < 0) return invalid(what("broadcast", name) + ": count " + std::to_string(count) + " is negative");
-  if (!tutti::isValidDataType(dtype)) return invalid(what("broadcast", name) + ": dtype " + std::to_string(dtype) + " is not a tutti_dtype_t");
+  if (!tutti::isValidDataType(rawEnum(dtype))) return invalid(what("broadcast", name) + ": dtype " + std::to_string(rawEnum(dtype)) + " is not a tutti_dtype_t");
   return guarded([&] {
     tutti::OpOptions options;
     options.root = root;

@@ -22,8 +22,8 @@ configure() {  # dir sanitizer
 
 # Runs ctest with a log of every test's output, then fails on a test failure or on any
 # sanitizer report (a report in a rank that mpirun or tuttirun swallowed counts too).
-run_tests() {  # dir regex
-  local log="$root/$1/sanitize-ctest.log" rc=0
+run_tests() {  # dir regex [log-suffix]
+  local log="$root/$1/sanitize-ctest${3:+-$3}.log" rc=0
   (cd "$1" && ctest -R "$2" -E 'example' --timeout 300 -j "$jobs" --output-on-failure \
      --output-log "$log") || rc=$?
   if grep -nE 'ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:|WARNING: ThreadSanitizer' "$log" |
@@ -52,7 +52,13 @@ if [[ -z "$only" || "$only" == asan ]]; then
   nice -n 10 cmake --build build-asan -j "$jobs" --target $targets >build-asan/build.log 2>&1 ||
     { tail -50 build-asan/build.log; exit 1; }
   echo "== sanitize: ASan + UBSan tests ($(( $(date +%s) - start )) s so far)"
-  run_tests build-asan '^(unit|fuzz_c_api_.*|integ_.*_(mpi|gloo)_np[0-9]+)$' || status=1
+  # Every integration binary at 2 ranks under each launcher (the 1-4 rank sweep is the
+  # regular suite's; under ASan it would not fit the CI budget), the fuzz test at 1 and 3.
+  # Open MPI's exit-time allocations are reported as leaks with stacks in unloaded plugins
+  # that no suppression can name: leak checking is off for jobs under mpirun only.
+  run_tests build-asan '^(unit|fuzz_c_api_np1|fuzz_c_api_gloo_np3|integ_[a-z_]+_gloo_np2)$' || status=1
+  ASAN_OPTIONS="$ASAN_OPTIONS:detect_leaks=0" run_tests build-asan '^(fuzz_c_api_mpi_np3|integ_[a-z_]+_mpi_np2)$' mpi ||
+    status=1
 fi
 
 if [[ -z "$only" || "$only" == tsan ]]; then

@@ -101,9 +101,19 @@ class Fuzzer {
     }
   }
 
-  tutti_dtype_t dtype() {
-    if (chance(5)) return static_cast<tutti_dtype_t>(chance(50) ? -1 : pick(11, 300));
-    return static_cast<tutti_dtype_t>(pick(0, 10));
+  // A dtype value, sometimes invalid. C callers may store any int in an enum field (set
+  // with setRaw); as a C++ argument only the enum's own range (0..15) is well-defined.
+  int rawDtype() {
+    if (chance(5)) return chance(50) ? -1 : static_cast<int>(pick(11, 300));
+    return static_cast<int>(pick(0, 10));
+  }
+  tutti_dtype_t dtypeArgument() {
+    return static_cast<tutti_dtype_t>(chance(5) ? pick(11, 15) : pick(0, 10));
+  }
+  template <typename E>
+  static void setRaw(E* field, int value) {
+    static_assert(sizeof(E) == sizeof(int), "C enums are int-sized");
+    std::memcpy(field, &value, sizeof value);
   }
 
   // A shape within kMaxElements, or (sometimes) one with a huge, negative or excess part.
@@ -129,7 +139,7 @@ class Fuzzer {
 
   void options(tutti_op_options_t* o, int slot) {
     tutti_op_options_init(o);
-    o->op = static_cast<tutti_reduce_op_t>(chance(5) ? pick(-2, 9) : pick(0, 4));
+    setRaw(&o->op, static_cast<int>(chance(5) ? pick(-2, 9) : pick(0, 4)));
     if (chance(10)) o->prescale = 0.5;
     if (chance(10)) o->postscale = 2.0;
     o->process_set = processSet();
@@ -175,17 +185,18 @@ class Fuzzer {
     tutti_op_options_t* op_options = chance(10) ? nullptr : &o;
     tutti_tensor_t t{};
     t.data = in;
-    t.dtype = dtype();
+    int tdtype = rawDtype();
     // A mismatch on purpose: rank 1 sends another valid, non-bool dtype (valid wherever the
     // others' is, so the op is accepted or refused alike on every rank).
     const bool swap = chance(3);
-    if (swap && size_ > 1 && rank_ == 1 && t.dtype >= 0 && t.dtype < TUTTI_BOOL)
-      t.dtype = t.dtype == TUTTI_INT8 ? TUTTI_UINT8 : TUTTI_INT8;
+    if (swap && size_ > 1 && rank_ == 1 && tdtype >= 0 && tdtype < TUTTI_BOOL)
+      tdtype = tdtype == TUTTI_INT8 ? TUTTI_UINT8 : TUTTI_INT8;
+    setRaw(&t.dtype, tdtype);
     switch (op) {
       case 0: {  // flat allreduce, the int32 sums checked afterwards
         int64_t count = chance(8) ? badCount() : pick(0, kMaxElements);
-        tutti_dtype_t d = chance(50) ? TUTTI_INT32 : dtype();
-        tutti_reduce_op_t r = chance(70) ? TUTTI_SUM : static_cast<tutti_reduce_op_t>(pick(-1, 6));
+        tutti_dtype_t d = chance(50) ? TUTTI_INT32 : dtypeArgument();
+        tutti_reduce_op_t r = chance(70) ? TUTTI_SUM : static_cast<tutti_reduce_op_t>(pick(0, 7));
         if (in && d == TUTTI_INT32) {
           auto* x = static_cast<int32_t*>(in);
           for (int64_t i = 0; i < std::min<int64_t>(count, kMaxElements); ++i) x[i] = rank_ + static_cast<int32_t>(i);
@@ -202,7 +213,7 @@ class Fuzzer {
         int64_t count = chance(8) ? badCount() : pick(0, kMaxElements);
         int root = static_cast<int>(chance(90) ? pick(0, size_ - 1) : pick(-3, size_ + 3));
         p.call = "broadcast_async count " + std::to_string(count) + " root " + std::to_string(root);
-        s = tutti_broadcast_async(chance(3) ? nullptr : nm.c_str(), out, count, dtype(), root, hp);
+        s = tutti_broadcast_async(chance(3) ? nullptr : nm.c_str(), out, count, dtypeArgument(), root, hp);
         break;
       }
       case 2: {
