@@ -5,6 +5,7 @@
 #include <tutti/tutti.h>
 #include <tutti/tutti.hpp>
 
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -33,38 +34,96 @@ tutti_status_t guarded(F&& f) {
   }
 }
 
+// The value a C caller stored in an enum field or argument. C allows any int there; C++
+// must not read an out-of-range value as the enum type, so the bytes are read as an int.
+template <typename E>
+int rawEnum(const E& value) {
+  static_assert(sizeof(E) == sizeof(int), "C enums are int-sized here");
+  int raw = 0;
+  std::memcpy(&raw, &value, sizeof raw);
+  return raw;
+}
+
 std::string nameOf(const char* name) { return name ? std::string(name) : std::string(); }
 
+// "allreduce 'name'" for messages, long names shortened.
+std::string what(const char* op, const char* name) {
+  return std::string(op) + " " + tutti::quotedName(nameOf(name));
+}
+
 // A C tensor as a view; false (with last error) when it is malformed.
-bool toView(const char* what, const tutti_tensor_t* t, tutti::TensorView* view) {
+bool toView(const char* op, const char* name, const tutti_tensor_t* t, tutti::TensorView* view) {
   if (t == nullptr) {
-    invalid(std::string(what) + ": tensor pointer is null");
+    invalid(what(op, name) + ": tensor pointer is null");
     return false;
   }
   if (t->ndim < 0 || t->ndim > TUTTI_MAX_DIMS) {
-    invalid(std::string(what) + ": ndim " + std::to_string(t->ndim) + " outside [0, " +
+    invalid(what(op, name) + ": ndim " + std::to_string(t->ndim) + " outside [0, " +
             std::to_string(TUTTI_MAX_DIMS) + "]");
     return false;
   }
-  if (!tutti::isValidDataType(t->dtype)) {
-    invalid(std::string(what) + ": dtype " + std::to_string(t->dtype) + " is not a tutti_dtype_t");
+  const int dtype = rawEnum(t->dtype);
+  if (!tutti::isValidDataType(dtype)) {
+    invalid(what(op, name) + ": dtype " + std::to_string(dtype) + " is not a tutti_dtype_t");
     return false;
   }
   view->data = t->data;
-  view->dtype = static_cast<tutti::DataType>(t->dtype);
+  view->dtype = static_cast<tutti::DataType>(dtype);
   view->shape.assign(t->shape, t->shape + t->ndim);
+  return true;
+}
+
+// Options may be NULL (defaults); else false (with last error) unless struct_size is this
+// header's sizeof, the reduce op exists, and splits/nsplits describe at most one count per
+// rank of the process set (checked before the splits are read; the exact count is checked
+// at submit).
+bool checkOptions(const char* op, const char* name, const tutti_op_options_t* o) {
+  if (o == nullptr) return true;
+  if (o->struct_size != sizeof(tutti_op_options_t)) {
+    invalid(what(op, name) + ": options struct_size is " + std::to_string(o->struct_size) +
+            ", expected sizeof(tutti_op_options_t) = " + std::to_string(sizeof(tutti_op_options_t)) +
+            " (call tutti_op_options_init)");
+    return false;
+  }
+  if (!tutti::isValidReduceOp(rawEnum(o->op))) {
+    invalid(what(op, name) + ": op " + std::to_string(rawEnum(o->op)) + " is not a tutti_reduce_op_t");
+    return false;
+  }
+  if (o->splits == nullptr && o->nsplits != 0) {
+    invalid(what(op, name) + ": nsplits is " + std::to_string(o->nsplits) + " but splits is NULL");
+    return false;
+  }
+  if (o->splits != nullptr) {
+    const int set_size = tutti::processSetSize(o->process_set);
+    if (set_size <= 0) return true;  // the submission fails: no such set, or not initialized
+    if (o->nsplits <= 0 || o->nsplits > set_size) {
+      invalid(what(op, name) + ": nsplits is " + std::to_string(o->nsplits) +
+              ", expected one split per rank of process set " + std::to_string(o->process_set) +
+              " (" + std::to_string(set_size) + " ranks)");
+      return false;
+    }
+  }
+  return true;
+}
+
+// A timeout must be a number (negative: TUTTI_TIMEOUT_SECONDS). NaN is refused; the handle stays.
+bool badTimeout(const char* call, double seconds) {
+  if (!std::isnan(seconds)) return false;
+  invalid(std::string(call) + ": timeout_seconds is NaN, expected seconds (< 0: TUTTI_TIMEOUT_SECONDS)");
   return true;
 }
 
 tutti::OpOptions toOptions(const tutti_op_options_t* o) {
   tutti::OpOptions options;
   if (o == nullptr) return options;
-  options.op = static_cast<tutti::ReduceOp>(o->op);
+  options.op = static_cast<tutti::ReduceOp>(rawEnum(o->op));
   options.prescale = o->prescale;
   options.postscale = o->postscale;
   options.root = o->root;
   options.process_set = o->process_set;
-  if (o->splits && o->nsplits > 0) options.splits.assign(o->splits, o->splits + o->nsplits);
+  // checkOptions refused more splits than the set has ranks; no set, no splits read.
+  if (o->splits && o->nsplits > 0 && o->nsplits <= tutti::processSetSize(o->process_set))
+    options.splits.assign(o->splits, o->splits + o->nsplits);
   if (o->callback) {
     tutti_callback_t cb = o->callback;
     void* user = o->user_data;
@@ -117,7 +176,7 @@ const char* tutti_status_string(tutti_status_t status) {
 }
 
 const char* tutti_dtype_name(tutti_dtype_t dtype) {
-  return tutti::isValidDataType(dtype) ? tutti::dataTypeName(static_cast<tutti::DataType>(dtype))
+  return tutti::isValidDataType(rawEnum(dtype)) ? tutti::dataTypeName(static_cast<tutti::DataType>(rawEnum(dtype)))
                                        : "unknown-dtype";
 }
 
@@ -141,9 +200,9 @@ void tutti_op_options_init(tutti_op_options_t* o) {
 tutti_status_t tutti_allreduce_async(const char* name, const void* input, void* output,
                                      int64_t count, tutti_dtype_t dtype, tutti_reduce_op_t op,
                                      double prescale, double postscale, tutti_handle_t* handle) {
-  if (count < 0) return invalid("allreduce '" + nameOf(name) + "': count " + std::to_string(count) + " is negative");
-  if (!tutti::isValidDataType(dtype)) return invalid("allreduce '" + nameOf(name) + "': dtype " + std::to_string(dtype) + " is not a tutti_dtype_t");
-  if (!tutti::isValidReduceOp(op)) return invalid("allreduce '" + nameOf(name) + "': op " + std::to_string(op) + " is not a tutti_reduce_op_t");
+  if (count < 0) return invalid(what("allreduce", name) + ": count " + std::to_string(count) + " is negative");
+  if (!tutti::isValidDataType(rawEnum(dtype))) return invalid(what("allreduce", name) + ": dtype " + std::to_string(rawEnum(dtype)) + " is not a tutti_dtype_t");
+  if (!tutti::isValidReduceOp(rawEnum(op))) return invalid(what("allreduce", name) + ": op " + std::to_string(rawEnum(op)) + " is not a tutti_reduce_op_t");
   return guarded([&] {
     tutti::OpOptions options;
     options.op = static_cast<tutti::ReduceOp>(op);
@@ -155,8 +214,8 @@ tutti_status_t tutti_allreduce_async(const char* name, const void* input, void* 
 
 tutti_status_t tutti_broadcast_async(const char* name, void* buffer, int64_t count,
                                      tutti_dtype_t dtype, int root, tutti_handle_t* handle) {
-  if (count < 0) return invalid("broadcast '" + nameOf(name) + "': count " + std::to_string(count) + " is negative");
-  if (!tutti::isValidDataType(dtype)) return invalid("broadcast '" + nameOf(name) + "': dtype " + std::to_string(dtype) + " is not a tutti_dtype_t");
+  if (count < 0) return invalid(what("broadcast", name) + ": count " + std::to_string(count) + " is negative");
+  if (!tutti::isValidDataType(rawEnum(dtype))) return invalid(what("broadcast", name) + ": dtype " + std::to_string(rawEnum(dtype)) + " is not a tutti_dtype_t");
   return guarded([&] {
     tutti::OpOptions options;
     options.root = root;
@@ -169,8 +228,9 @@ tutti_status_t tutti_allreduce_tensor_async(const char* name, const tutti_tensor
                                             const tutti_op_options_t* options,
                                             tutti_handle_t* handle) {
   tutti::TensorView in, out;
-  if (!toView("allreduce", input, &in) || !toView("allreduce", output, &out)) return static_cast<tutti_status_t>(TUTTI_ERR_INVALID_ARGUMENT);
-  if (options && !tutti::isValidReduceOp(options->op)) return invalid("allreduce '" + nameOf(name) + "': op " + std::to_string(options->op) + " is not a tutti_reduce_op_t");
+  if (!toView("allreduce", name, input, &in) || !toView("allreduce", name, output, &out) ||
+      !checkOptions("allreduce", name, options))
+    return TUTTI_ERR_INVALID_ARGUMENT;
   return guarded([&] { return tutti::allreduceAsync(nameOf(name), in, out, toOptions(options), handle); });
 }
 
@@ -184,10 +244,11 @@ tutti_status_t tutti_grouped_allreduce_async(const char* const* names, const tut
   std::vector<tutti::TensorView> in(ntensors), out(ntensors);
   for (int i = 0; i < ntensors; ++i) {
     n.push_back(nameOf(names[i]));
-    if (!toView("grouped_allreduce", &inputs[i], &in[i]) || !toView("grouped_allreduce", &outputs[i], &out[i]))
-      return static_cast<tutti_status_t>(TUTTI_ERR_INVALID_ARGUMENT);
+    if (!toView("grouped_allreduce", names[i], &inputs[i], &in[i]) ||
+        !toView("grouped_allreduce", names[i], &outputs[i], &out[i]))
+      return TUTTI_ERR_INVALID_ARGUMENT;
   }
-  if (options && !tutti::isValidReduceOp(options->op)) return invalid("grouped_allreduce: op " + std::to_string(options->op) + " is not a tutti_reduce_op_t");
+  if (!checkOptions("grouped_allreduce", names[0], options)) return TUTTI_ERR_INVALID_ARGUMENT;
   return guarded([&] { return tutti::groupedAllreduceAsync(n, in, out, toOptions(options), handle); });
 }
 
@@ -195,7 +256,8 @@ tutti_status_t tutti_broadcast_tensor_async(const char* name, tutti_tensor_t* bu
                                             const tutti_op_options_t* options,
                                             tutti_handle_t* handle) {
   tutti::TensorView v;
-  if (!toView("broadcast", buffer, &v)) return static_cast<tutti_status_t>(TUTTI_ERR_INVALID_ARGUMENT);
+  if (!toView("broadcast", name, buffer, &v) || !checkOptions("broadcast", name, options))
+    return TUTTI_ERR_INVALID_ARGUMENT;
   return guarded([&] { return tutti::broadcastAsync(nameOf(name), v, toOptions(options), handle); });
 }
 
@@ -203,10 +265,8 @@ tutti_status_t tutti_broadcast_tensor_async(const char* name, tutti_tensor_t* bu
   tutti_status_t cname(const char* name, const tutti_tensor_t* input,                        \
                        const tutti_op_options_t* options, tutti_handle_t* handle) {          \
     tutti::TensorView v;                                                                     \
-    if (!toView(label, input, &v)) return static_cast<tutti_status_t>(TUTTI_ERR_INVALID_ARGUMENT); \
-    if (options && !tutti::isValidReduceOp(options->op))                                     \
-      return invalid(std::string(label) + " '" + nameOf(name) + "': op " +                   \
-                     std::to_string(options->op) + " is not a tutti_reduce_op_t");           \
+    if (!toView(label, name, input, &v) || !checkOptions(label, name, options))              \
+      return TUTTI_ERR_INVALID_ARGUMENT;                                                     \
     return guarded([&] { return tutti::cppname(nameOf(name), v, toOptions(options), handle); }); \
   }
 TUTTI_C_OUTPUT_OP(tutti_allgather_async, allgatherAsync, "allgather")
@@ -215,6 +275,7 @@ TUTTI_C_OUTPUT_OP(tutti_reducescatter_async, reducescatterAsync, "reducescatter"
 #undef TUTTI_C_OUTPUT_OP
 
 tutti_status_t tutti_barrier(int process_set, double timeout_seconds) {
+  if (badTimeout("barrier", timeout_seconds)) return TUTTI_ERR_INVALID_ARGUMENT;
   return guarded([&] {
     tutti::Handle h = 0;
     tutti::Status s = tutti::barrierAsync(process_set, &h);
@@ -223,6 +284,7 @@ tutti_status_t tutti_barrier(int process_set, double timeout_seconds) {
 }
 
 tutti_status_t tutti_join(int process_set, double timeout_seconds, int* last_joined_rank) {
+  if (badTimeout("join", timeout_seconds)) return TUTTI_ERR_INVALID_ARGUMENT;
   return guarded([&] {
     tutti::Handle h = 0;
     tutti::Status s = tutti::joinAsync(process_set, &h);
@@ -245,6 +307,7 @@ tutti_status_t tutti_poll(tutti_handle_t handle, int* done) {
 }
 
 tutti_status_t tutti_wait(tutti_handle_t handle, double timeout_seconds) {
+  if (badTimeout("wait", timeout_seconds)) return TUTTI_ERR_INVALID_ARGUMENT;
   return guarded([&] {
     tutti::Result result;
     tutti::Status s = tutti::wait(handle, timeout_seconds, &result);
@@ -256,16 +319,25 @@ tutti_status_t tutti_wait(tutti_handle_t handle, double timeout_seconds) {
 
 tutti_status_t tutti_wait_result(tutti_handle_t handle, double timeout_seconds,
                                  tutti_result_t* out) {
-  if (out == nullptr || out->struct_size < sizeof(tutti_result_t))
-    return invalid("wait_result: result is null or its struct_size is not sizeof(tutti_result_t)");
+  if (badTimeout("wait_result", timeout_seconds)) return TUTTI_ERR_INVALID_ARGUMENT;
+  if (out == nullptr) return invalid("wait_result: result pointer is null");
+  if (out->struct_size != sizeof(tutti_result_t))
+    return invalid("wait_result: result struct_size is " + std::to_string(out->struct_size) +
+                   ", expected sizeof(tutti_result_t) = " + std::to_string(sizeof(tutti_result_t)));
   return guarded([&] {
     tutti::Result result;
     tutti::Status s = tutti::wait(handle, timeout_seconds, &result);
     if (s.code() == tutti::StatusCode::kInProgress) return s;
+    if (result.shape.size() > TUTTI_MAX_DIMS) {  // submit refuses such shapes; never truncate one
+      std::free(result.data);
+      return tutti::Status(tutti::StatusCode::kInternal,
+                           "wait_result: handle " + std::to_string(handle) + " has a " +
+                               std::to_string(result.shape.size()) + "-dimensional result, more than TUTTI_MAX_DIMS");
+    }
     out->data = result.data;
     out->nbytes = result.nbytes;
     out->ndim = static_cast<int>(result.shape.size());
-    for (size_t i = 0; i < result.shape.size() && i < TUTTI_MAX_DIMS; ++i) out->shape[i] = result.shape[i];
+    for (size_t i = 0; i < result.shape.size(); ++i) out->shape[i] = result.shape[i];
     out->nsplits = static_cast<int>(result.recv_splits.size());
     out->recv_splits = nullptr;
     if (!result.recv_splits.empty()) {

@@ -1,5 +1,7 @@
 #include "core/common.h"
 
+#include <algorithm>
+#include <cmath>
 #include <iomanip>
 #include <sstream>
 
@@ -80,7 +82,9 @@ bool isValidDataType(int dtype) { return dtype >= 0 && dtype < kNumDataTypes; }
 bool isValidReduceOp(int op) { return op >= TUTTI_SUM && op <= TUTTI_PRODUCT; }
 
 Deadline deadlineAfter(double seconds) {
-  if (seconds > 1e9) seconds = 1e9;
+  // Outside +-1e9 s (or NaN) the conversion to clock ticks would overflow.
+  if (std::isnan(seconds)) seconds = 0;
+  seconds = std::min(std::max(seconds, -1e9), 1e9);
   return Clock::now() + std::chrono::duration_cast<Clock::duration>(
                             std::chrono::duration<double>(seconds));
 }
@@ -103,6 +107,41 @@ int64_t shapeElements(const std::vector<int64_t>& shape) {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
   return n;
+}
+
+bool checkedMul(int64_t a, int64_t b, int64_t* out) {
+  int64_t r = 0;
+  if (__builtin_mul_overflow(a, b, &r)) return false;
+  *out = r;
+  return true;
+}
+
+bool checkedAdd(int64_t a, int64_t b, int64_t* out) {
+  int64_t r = 0;
+  if (__builtin_add_overflow(a, b, &r)) return false;
+  *out = r;
+  return true;
+}
+
+bool tensorBytes(const std::vector<int64_t>& shape, DataType dtype, int64_t* bytes) {
+  int64_t nonzero = dataTypeBytes(dtype);
+  bool empty = false;
+  for (int64_t d : shape) {
+    if (d < 0) return false;
+    if (d == 0) {
+      empty = true;
+      continue;
+    }
+    if (!checkedMul(nonzero, d, &nonzero) || nonzero > kMaxTensorBytes) return false;
+  }
+  *bytes = empty ? 0 : nonzero;
+  return true;
+}
+
+std::string quotedName(const std::string& name) {
+  constexpr size_t kShown = 64;
+  if (name.size() <= kShown) return "'" + name + "'";
+  return "'" + name.substr(0, kShown) + "...'(" + std::to_string(name.size()) + " bytes)";
 }
 
 std::string secondsText(double seconds) {

@@ -54,6 +54,21 @@ bool isValidReduceOp(int op);
 
 std::string shapeString(const std::vector<int64_t>& shape);  // "[4,8]"
 int64_t shapeElements(const std::vector<int64_t>& shape);   // product; 1 for []
+
+// Sizes. No tensor may exceed kMaxTensorBytes (TUTTI_MAX_TENSOR_BYTES, 2^56): more than any
+// process can address (x86-64 and aarch64 user space is at most 2^56 bytes even with
+// 5-level paging), so a larger size is a caller's mistake, and every byte count computed
+// from a valid shape (sums over ranks included) fits in int64 with room to spare.
+constexpr int64_t kMaxTensorBytes = TUTTI_MAX_TENSOR_BYTES;
+// a * b or a + b into *out; false (and *out untouched) when the result does not fit int64.
+bool checkedMul(int64_t a, int64_t b, int64_t* out);
+bool checkedAdd(int64_t a, int64_t b, int64_t* out);
+// The bytes of a tensor of `shape` and `dtype` into *bytes; false when a dimension is
+// negative or the size exceeds kMaxTensorBytes. Zero-sized dimensions do not hide the
+// others: [0, 2^62, 2^62] is refused too, so any product of the dimensions is safe.
+bool tensorBytes(const std::vector<int64_t>& shape, DataType dtype, int64_t* bytes);
+// A name for messages: 'name', or its first 64 bytes and "...'(N bytes)" when longer.
+std::string quotedName(const std::string& name);
 std::string secondsText(double seconds);                      // "0.5", "120"
 std::string joinInts(const std::vector<int>& values);           // "0, 2, 3"
 

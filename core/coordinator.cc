@@ -1,11 +1,13 @@
 #include "core/coordinator.h"
 
+#include "core/validation.h"
+
 #include <sstream>
 
 namespace tutti {
 namespace {
 
-std::string describe(const Request& q) { return std::string(opTypeName(q.op)) + " '" + q.name + "'"; }
+std::string describe(const Request& q) { return std::string(opTypeName(q.op)) + " " + quotedName(q.name); }
 
 template <typename T>
 std::string str(const T& v) {
@@ -63,6 +65,22 @@ std::string firstMismatch(const Request& a, int ra, const Request& b, int rb) {
       break;
   }
   return "";
+}
+
+// "" when an output of sum(rows) rows shaped like `a`'s trailing dimensions fits
+// kMaxTensorBytes, else the message (the rows come from every rank).
+std::string outputTooLarge(const Request& a, const std::vector<int64_t>& rows) {
+  std::vector<int64_t> shape = a.shape;
+  shape[0] = 0;
+  bool ok = true;
+  for (int64_t n : rows) ok = ok && checkedAdd(shape[0], n, &shape[0]);
+  int64_t bytes = 0;
+  if (ok && tensorBytes(shape, a.dtype, &bytes)) return "";
+  return describe(a) + ": the output would be too large (rows from ranks 0.." +
+         std::to_string(rows.size() - 1) + ": " + shapeString(rows) + " with trailing shape " +
+         shapeString(std::vector<int64_t>(a.shape.begin() + 1, a.shape.end())) + " of " +
+         dataTypeName(a.dtype) + "; expected at most " + std::to_string(kMaxTensorBytes) +
+         " bytes)";
 }
 
 }  // namespace
@@ -154,6 +172,17 @@ Response Coordinator::build(const std::string& name, const Pending& p) const {
     r.error_message = message;
     return r;
   };
+  // Counts from other ranks are checked again here: a size that overflows must become an
+  // error on every rank's handle, never a buffer computed from it.
+  for (int rank = first; rank < size_; ++rank) {
+    if (!p.have[rank]) continue;
+    try {
+      validateRequest(p.by_rank[rank], size_);
+    } catch (const Error& e) {
+      return fail(StatusCode::kInvalidArgument, std::string(e.what()) + " (request of rank " +
+                                                    std::to_string(rank) + ")");
+    }
+  }
   for (int rank = first + 1; rank < size_; ++rank) {
     if (!p.have[rank]) continue;
     std::string mismatch = firstMismatch(a, first, p.by_rank[rank], rank);
@@ -172,15 +201,26 @@ Response Coordinator::build(const std::string& name, const Pending& p) const {
     case OpType::kBroadcast:
       r.counts = {shapeElements(a.shape)};
       break;
-    case OpType::kAllgather:
+    case OpType::kAllgather: {
       r.first_dims.resize(size_);
       for (int rank = 0; rank < size_; ++rank) r.first_dims[rank] = p.by_rank[rank].shape[0];
+      std::string too_large = outputTooLarge(a, r.first_dims);
+      if (!too_large.empty()) return fail(StatusCode::kInvalidArgument, too_large);
       break;
+    }
     case OpType::kAlltoall:
       r.splits.reserve(static_cast<size_t>(size_) * size_);
       for (int rank = 0; rank < size_; ++rank) {
         const Request& q = p.by_rank[rank];
         r.splits.insert(r.splits.end(), q.splits.begin(), q.splits.end());
+      }
+      for (int to = 0; to < size_; ++to) {  // what rank `to` receives from each rank
+        std::vector<int64_t> rows(size_);
+        for (int from = 0; from < size_; ++from)
+          rows[from] = r.splits[static_cast<size_t>(from) * size_ + to];
+        std::string too_large = outputTooLarge(a, rows);
+        if (!too_large.empty())
+          return fail(StatusCode::kInvalidArgument, too_large + " on rank " + std::to_string(to));
       }
       break;
     case OpType::kAddProcessSet:

@@ -122,7 +122,7 @@ Status submit(const OpOptions& options, std::vector<TensorEntry> entries, Handle
 Status checkSameLayout(const std::string& name, const TensorView& in, const TensorView& out) {
   if (in.dtype != out.dtype || in.shape != out.shape)
     return Status(StatusCode::kInvalidArgument,
-                  "allreduce '" + name + "': output is " + dataTypeName(out.dtype) + " " +
+                  "allreduce " + quotedName(name) + ": output is " + dataTypeName(out.dtype) + " " +
                       shapeString(out.shape) + " but input is " + dataTypeName(in.dtype) + " " +
                       shapeString(in.shape) + "; they must match");
   return Status::OK();

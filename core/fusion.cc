@@ -16,10 +16,12 @@ bool sameKind(const Response& a, const Response& b) {
          a.postscale == b.postscale && a.device == b.device;
 }
 
+// The response's bytes, or -1 when they do not fit int64 (never fused then).
 int64_t bytesOf(const Response& r) {
   int64_t n = 0;
-  for (int64_t c : r.counts) n += c;
-  return n * dataTypeBytes(r.dtype);
+  for (int64_t c : r.counts)
+    if (c < 0 || !checkedAdd(n, c, &n)) return -1;
+  return checkedMul(n, dataTypeBytes(r.dtype), &n) ? n : -1;
 }
 
 }  // namespace
@@ -31,13 +33,13 @@ std::vector<Response> planFusion(std::vector<Response> responses, int64_t thresh
     if (used[i]) continue;
     used[i] = true;
     Response fused = std::move(responses[i]);
-    if (fusible(fused)) {
-      int64_t bytes = bytesOf(fused);
+    int64_t bytes = fusible(fused) ? bytesOf(fused) : -1;
+    if (bytes >= 0) {
       for (size_t j = i + 1; j < responses.size() && bytes < threshold; ++j) {
         if (used[j] || !fusible(responses[j]) || !sameKind(fused, responses[j])) continue;
-        int64_t more = bytesOf(responses[j]);
-        if (bytes + more > threshold) continue;
-        bytes += more;
+        int64_t more = bytesOf(responses[j]), sum = 0;
+        if (more < 0 || !checkedAdd(bytes, more, &sum) || sum > threshold) continue;
+        bytes = sum;
         used[j] = true;
         for (auto& name : responses[j].names) fused.names.push_back(std::move(name));
         fused.counts.insert(fused.counts.end(), responses[j].counts.begin(),
@@ -53,6 +55,9 @@ void FusionBuffer::Free::operator()(void* p) const { std::free(p); }
 
 void* FusionBuffer::reserve(size_t bytes) {
   if (bytes <= capacity_ && data_) return data_.get();
+  if (bytes > static_cast<size_t>(kMaxTensorBytes))
+    throwError(StatusCode::kInternal, "fusion buffer: " + std::to_string(bytes) +
+                                          " bytes requested, more than any tensor may have");
   size_t want = bytes < 64 ? 64 : bytes;
   want = (want + 4095) / 4096 * 4096;
   void* p = std::aligned_alloc(4096, want);

@@ -86,6 +86,34 @@ void checkMagic(Reader& r, uint32_t magic, const char* what) {
     throwError(StatusCode::kInternal, std::string("malformed ") + what + ": bad magic/version");
 }
 
+[[noreturn]] void malformed(const std::string& what) {
+  throwError(StatusCode::kInternal, "malformed response list: " + what);
+}
+
+bool allNonNegative(const std::vector<int64_t>& values) {
+  for (int64_t v : values)
+    if (v < 0) return false;
+  return true;
+}
+
+// What the executor relies on: a name to report, one non-negative count per name where
+// counts are used, no negative rows or splits, a status code of tutti.h.
+void checkResponse(const Response& s) {
+  if (s.names.empty()) malformed("a response without a tensor name");
+  if (s.error_code < StatusCode::kOk || s.error_code > StatusCode::kInternal)
+    malformed("status code " + std::to_string(static_cast<int>(s.error_code)));
+  if (s.type == ResponseType::kError) return;
+  const bool counted = s.op == OpType::kAllreduce || s.op == OpType::kBroadcast ||
+                       s.op == OpType::kReducescatter;
+  if (counted && s.counts.size() != s.names.size())
+    malformed(std::string(opTypeName(s.op)) + " with " + std::to_string(s.names.size()) +
+              " names but " + std::to_string(s.counts.size()) + " counts");
+  if (!allNonNegative(s.counts) || !allNonNegative(s.first_dims) ||
+      (s.op == OpType::kAlltoall && !allNonNegative(s.splits)))
+    malformed(std::string(opTypeName(s.op)) + " " + quotedName(s.names[0]) +
+              " with a negative count, row or split");
+}
+
 }  // namespace
 
 bool Request::operator==(const Request& o) const {
@@ -193,6 +221,7 @@ ResponseList parseResponseList(const std::string& bytes) {
     s.value = r.get<int32_t>();
     s.error_code = static_cast<StatusCode>(r.get<int32_t>());
     s.error_message = r.getString();
+    checkResponse(s);
     list.responses.push_back(std::move(s));
   }
   r.expectEnd();

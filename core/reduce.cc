@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 namespace tutti {
 
@@ -75,12 +76,23 @@ uint16_t floatToBfloat16(float f) {
 
 namespace {
 
+// Integer sums and products wrap around (two's complement), as MPI's and NCCL's do. Signed
+// overflow is undefined in C++ and small types promote to int, so the arithmetic is done
+// in an unsigned type of at least int's width.
+template <typename T>
+using Wrapping = std::conditional_t<
+    std::is_integral<T>::value,
+    std::conditional_t<(sizeof(T) < sizeof(unsigned)), unsigned,
+                       std::make_unsigned_t<std::conditional_t<std::is_integral<T>::value, T, int>>>,
+    T>;
+
 template <typename T>
 void reduceTyped(T* acc, const T* in, int64_t n, ReduceOp op) {
+  using W = Wrapping<T>;
   switch (op) {
     case ReduceOp::kSum:
     case ReduceOp::kAverage:
-      for (int64_t i = 0; i < n; ++i) acc[i] = static_cast<T>(acc[i] + in[i]);
+      for (int64_t i = 0; i < n; ++i) acc[i] = static_cast<T>(static_cast<W>(acc[i]) + static_cast<W>(in[i]));
       break;
     case ReduceOp::kMin:
       for (int64_t i = 0; i < n; ++i) acc[i] = std::min(acc[i], in[i]);
@@ -89,7 +101,7 @@ void reduceTyped(T* acc, const T* in, int64_t n, ReduceOp op) {
       for (int64_t i = 0; i < n; ++i) acc[i] = std::max(acc[i], in[i]);
       break;
     case ReduceOp::kProduct:
-      for (int64_t i = 0; i < n; ++i) acc[i] = static_cast<T>(acc[i] * in[i]);
+      for (int64_t i = 0; i < n; ++i) acc[i] = static_cast<T>(static_cast<W>(acc[i]) * static_cast<W>(in[i]));
       break;
   }
 }

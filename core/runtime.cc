@@ -107,8 +107,8 @@ Status Runtime::submit(int process_set, std::vector<TensorEntry> entries, Callba
                   "process set " + std::to_string(process_set) + " does not exist");
   if (!set->member())
     return Status(StatusCode::kInvalidArgument,
-                  std::string(opTypeName(entries[0].request.op)) + " '" + entries[0].request.name +
-                      "': rank " + std::to_string(config_.topology.rank) +
+                  std::string(opTypeName(entries[0].request.op)) + " " + quotedName(entries[0].request.name) +
+                      ": rank " + std::to_string(config_.topology.rank) +
                       " is not a member of process set " + std::to_string(process_set) +
                       " (ranks " + joinInts(set->ranks) + ")");
   try {

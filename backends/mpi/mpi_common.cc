@@ -98,7 +98,9 @@ void MpiShared::watch() {
     for (auto it = armed_.begin(); it != armed_.end(); ++it)
       if (it->second.first < first->second.first) first = it;
     if (Clock::now() < first->second.first) {
-      watch_cv_.wait_until(lock, first->second.first);
+      // A copy: the call may finish and erase its entry while this thread waits.
+      const Deadline until = first->second.first;
+      watch_cv_.wait_until(lock, until);
       continue;  // re-examine: calls may have finished or started meanwhile
     }
     std::fprintf(stderr, "%s: timed out; a blocking MPI call cannot be cancelled, so the job "

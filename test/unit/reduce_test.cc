@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstdint>
 #include <vector>
 
 using namespace tutti;
@@ -42,4 +43,18 @@ TEST_CASE("bool reduces logically and integers scale by truncation") {
   std::vector<float> f = {1, 2}, g(2);
   scaleInto(f.data(), g.data(), 2, DataType::kFloat32, 1.0);
   CHECK(g == f);
+}
+
+TEST_CASE("integer sums and products that overflow wrap around, never undefined") {
+  int64_t acc64[2] = {INT64_MAX, int64_t(1) << 62}, in64[2] = {1, 4};
+  reduceInto(acc64, in64, 1, DataType::kInt64, ReduceOp::kSum);
+  reduceInto(acc64 + 1, in64 + 1, 1, DataType::kInt64, ReduceOp::kProduct);
+  CHECK(acc64[0] == INT64_MIN);
+  CHECK(acc64[1] == 0);
+  int32_t acc32 = INT32_MAX, in32 = 2;
+  reduceInto(&acc32, &in32, 1, DataType::kInt32, ReduceOp::kProduct);
+  CHECK(acc32 == -2);
+  uint16_t acc16 = 65535, in16 = 65535;  // promoted to int, this product once overflowed int
+  reduceInto(&acc16, &in16, 1, DataType::kUInt16, ReduceOp::kProduct);
+  CHECK(acc16 == 1);
 }

@@ -13,6 +13,9 @@ extern "C" {
 #define TUTTI_VERSION_MAJOR 0
 #define TUTTI_VERSION_MINOR 1
 #define TUTTI_MAX_DIMS 8
+/* No tensor may exceed 2^56 bytes (more than any process can address); a larger count or
+ * shape, or one whose bytes overflow, is TUTTI_ERR_INVALID_ARGUMENT. */
+#define TUTTI_MAX_TENSOR_BYTES (((int64_t)1) << 56)
 
 typedef enum tutti_status {
   TUTTI_OK = 0,
