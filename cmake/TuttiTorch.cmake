@@ -3,7 +3,8 @@
 # TUTTI_TORCH_PYTHONS lists the candidates. Under pip (scikit-build-core) it is the interpreter
 # pip runs, i.e. the target environment's; otherwise Debian's /usr/bin/python3 and the test venv
 # the set-up script creates (.venv-torch/bin/python), whichever exist. Each one whose torch imports
-# becomes a variant named after torch's major version ("torch1", "torch2"); the first variant is
+# becomes a variant named after torch's major version ("torch1", "torch2"; "torch2_13" when two
+# interpreters have a torch 2); the first variant is
 # the one `cmake --install` installs.
 #
 # pip's build isolation hides the target environment's site-packages from the build, and with it
@@ -62,9 +63,13 @@ foreach(python IN LISTS TUTTI_TORCH_PYTHONS)
     string(REPLACE "|" ";" _info_${_key} "${CMAKE_MATCH_2}")
   endforeach()
   set(tag torch${_info_MAJOR})
+  if(tag IN_LIST TUTTI_TORCH_VARIANTS)  # e.g. Debian 13's torch 2.6 and the venv's 2.13
+    string(REGEX MATCH "^[0-9]+\\.([0-9]+)" _ "${_info_VERSION}")
+    set(tag ${tag}_${CMAKE_MATCH_1})
+  endif()
   if(tag IN_LIST TUTTI_TORCH_VARIANTS)
-    list(LENGTH TUTTI_TORCH_VARIANTS _n)
-    set(tag ${tag}_${_n})
+    message(STATUS "Tutti: no second tutti.torch for torch ${_info_VERSION} (${python})")
+    continue()
   endif()
   list(APPEND TUTTI_TORCH_VARIANTS ${tag})
   set(TUTTI_TORCH_${tag}_PYTHON ${python})
