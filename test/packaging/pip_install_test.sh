@@ -42,10 +42,10 @@ step "TUTTI_WITH_TORCH=1 without torch must fail and name torch"
 if TUTTI_WITH_TORCH=1 pip install --no-cache-dir "$sdist" > "$work/notorch.log" 2>&1; then
   echo "FAIL: installed with TUTTI_WITH_TORCH=1 and no torch"; exit 1
 fi
-grep -q "TUTTI_WITH_TORCH=1 asks for the PyTorch adapter" "$work/notorch.log" &&
-grep -q "cannot import torch" "$work/notorch.log" ||
-  { tail -40 "$work/notorch.log"; echo "FAIL: no message naming torch"; exit 1; }
-grep -m1 "asks for the PyTorch adapter" "$work/notorch.log"
+# CMake wraps the message: compare it with the line breaks and indentation folded.
+tr -s ' \n' '  ' < "$work/notorch.log" > "$work/notorch.txt"
+grep -o "TUTTI_WITH_TORCH=1 asks for the PyTorch adapter.*cannot import torch ([^)]*)" \
+  "$work/notorch.txt" || { tail -40 "$work/notorch.log"; echo "FAIL: no message naming torch"; exit 1; }
 
 step "pip install torch==$TORCH_VERSION, then the sdist"
 pip install -q "torch==$TORCH_VERSION" 2>&1 | grep -v '^WARNING: Location' || true
