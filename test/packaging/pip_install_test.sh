@@ -30,7 +30,7 @@ step "venv with $PYTHON ($("$PYTHON" --version 2>&1))"
 "$PYTHON" -m venv "$work/venv"
 pip install -q scikit-build-core
 step "sdist"
-"$work/venv/bin/python" -c 'import sys; from scikit_build_core.build import build_sdist; print(build_sdist(sys.argv[1]))' "$work/dist" > "$work/sdist.log" 2>&1 ||
+(cd "$src" && "$work/venv/bin/python" -c 'import sys; from scikit_build_core.build import build_sdist; print(build_sdist(sys.argv[1]))' "$work/dist") > "$work/sdist.log" 2>&1 ||
   { cat "$work/sdist.log"; exit 1; }
 sdist=$(ls "$work"/dist/tutti-*.tar.gz)
 echo "$sdist: $(tar tzf "$sdist" | wc -l) files"
