@@ -13,8 +13,12 @@
 using Catch::Approx;
 
 namespace Catch {
-// Catch2 2's names for what Catch2 3 renamed.
-using TestEventListenerBase = EventListenerBase;
+// Catch2 2's names for what Catch2 3 renamed. A class, not an alias, so that a listener
+// deriving from it can name it unqualified (`using TestEventListenerBase::TestEventListenerBase`).
+class TestEventListenerBase : public EventListenerBase {
+ public:
+  explicit TestEventListenerBase(IConfig const* config) : EventListenerBase(config) {}
+};
 inline Matchers::StringContainsMatcher Contains(const std::string& text) {
   return Matchers::ContainsSubstring(text);
 }
