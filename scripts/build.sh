@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # Configures, builds and installs Tutti (library, headers, CMake package, pkg-config file,
 # tuttirun, tutti-bench, tutti-info and the tutti.torch Python package) into PREFIX
-# (default /usr/local). BUILD_DIR defaults to ./build. Needs the dependencies of
-# scripts/setup.sh.
+# (default /usr/local). BUILD_DIR defaults to ./build; CMAKE_ARGS adds configure options.
+# Needs the dependencies of scripts/setup.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
 PREFIX=${PREFIX:-/usr/local}
 JOBS=${JOBS:-$(nproc)}
 
-cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_INSTALL_PREFIX="$PREFIX"
+# shellcheck disable=SC2086  # CMAKE_ARGS is a list of options
+cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_INSTALL_PREFIX="$PREFIX" \
+  ${CMAKE_ARGS:-}
 cmake --build "$BUILD_DIR" -j "$JOBS"
 SUDO=""
 if [ ! -w "$PREFIX" ] && [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Sets up a fresh Debian 12 machine, builds and installs Tutti, then runs the demo: a
+# Sets up a fresh Debian 12 or 13 machine, builds and installs Tutti, then runs the demo: a
 # 4-rank data-parallel training job on this machine, started by tuttirun over gloo (no MPI
 # needed) and then by mpirun, each rank averaging its gradients with Tutti.
 set -euo pipefail

@@ -1,34 +1,69 @@
 #!/usr/bin/env bash
-# Installs every build and test dependency of Tutti from Debian 12 packages.
-# Idempotent: packages already present are left alone. Needs root (or sudo).
+# Installs every build and test dependency of Tutti on Debian 12 (bookworm) or 13 (trixie),
+# then creates the torch 2.x test venv. Idempotent: what is already there is left alone.
+# Needs root (or sudo) for apt-get.
+#
+# Debian packages (both releases have these names; the versions differ: Open MPI 4 / 5,
+# Catch2 2 / 3, gloo snapshots, torch 1.13 / 2.6 for Debian's python3 — CMake adapts).
+# Optional packages missing from the release (e.g. python3-torch) are skipped with a notice;
+# the tests that need them are then not registered.
+#
+# The venv (TORCH_VENV, default .venv-torch in the repository, ignored by git) is made with the
+# first python3 on PATH and holds torch==$TORCH_VERSION from pip plus pytest and numpy; the
+# build compiles tutti.torch for it too and CTest runs the Python suite against both torches.
+# SKIP_TORCH_VENV=1 leaves it out.
 set -euo pipefail
+cd "$(dirname "$0")/.."
 
-PACKAGES=(
+REQUIRED=(
   build-essential cmake pkg-config
   libopenmpi-dev openmpi-bin
   libgloo-dev
   catch2
   pybind11-dev python3-pybind11
-  python3-torch libtorch-dev
-  python3-pytest python3-numpy python3-matplotlib
+  python3-pytest python3-numpy
+  python3-venv
   libssl-dev
-  openssh-client procps
+  openssh-client openssh-server iproute2 procps
 )
+OPTIONAL=(python3-torch libtorch-dev python3-matplotlib)
+TORCH_VERSION=${TORCH_VERSION:-2.13.0}
+TORCH_VENV=${TORCH_VENV:-.venv-torch}
 
-missing=()
-for p in "${PACKAGES[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
-done
+release=$(cut -d. -f1 /etc/debian_version 2>/dev/null || echo unknown)
+case "$release" in
+  12|13) ;;
+  *) echo "setup: /etc/debian_version says '$release'; this script knows Debian 12 and 13," \
+          "trying the same package names" ;;
+esac
 
+installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'; }
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+
+missing=()
+for p in "${REQUIRED[@]}" "${OPTIONAL[@]}"; do installed "$p" || missing+=("$p"); done
 if [ "${#missing[@]}" -eq 0 ]; then
-  echo "setup: all ${#PACKAGES[@]} packages already installed"
+  echo "setup: all Debian packages already installed (Debian $release)"
 else
-  echo "setup: installing ${missing[*]}"
-  export DEBIAN_FRONTEND=noninteractive
   $SUDO apt-get update -q
-  $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+  to_install=()
+  for p in "${missing[@]}"; do
+    if apt-cache show "$p" >/dev/null 2>&1; then
+      to_install+=("$p")
+    elif [[ " ${OPTIONAL[*]} " == *" $p "* ]]; then
+      echo "setup: notice: Debian $release has no package $p; skipping it (the tests that" \
+           "need it are skipped)"
+    else
+      echo "setup: error: Debian $release has no package $p, which the build needs" >&2
+      exit 1
+    fi
+  done
+  if [ "${#to_install[@]}" -gt 0 ]; then
+    echo "setup: installing ${to_install[*]}"
+    $SUDO apt-get install -y -q --no-install-recommends "${to_install[@]}"
+  fi
 fi
 
 # NCCL: the backend is built wherever CUDA's nvcc is installed. Where NCCL is not beside CUDA,
@@ -47,3 +82,20 @@ if [ -x "$CUDA_HOME/bin/nvcc" ] && [ ! -e "$CUDA_HOME/include/nccl.h" ] \
       || echo "setup: NCCL could not be installed; the NCCL backend will not be built"
   fi
 fi
+
+# ---- the torch 2.x venv for the second Python leg of the tests ----
+if [ "${SKIP_TORCH_VENV:-0}" = 1 ]; then
+  echo "setup: SKIP_TORCH_VENV=1: no torch $TORCH_VERSION venv"
+  exit 0
+fi
+check='import sys, torch, pytest, numpy, mpi4py; sys.exit(torch.__version__.split("+")[0] != sys.argv[1])'
+if [ -x "$TORCH_VENV/bin/python" ] && "$TORCH_VENV/bin/python" -c "$check" "$TORCH_VERSION" 2>/dev/null; then
+  echo "setup: $TORCH_VENV already has torch $TORCH_VERSION"
+  exit 0
+fi
+py=$(command -v python3)
+echo "setup: creating $TORCH_VENV with $py ($("$py" --version 2>&1)) and torch==$TORCH_VERSION"
+"$py" -m venv "$TORCH_VENV"
+"$TORCH_VENV/bin/python" -m pip install -q --disable-pip-version-check \
+  "torch==$TORCH_VERSION" pytest numpy mpi4py
+"$TORCH_VENV/bin/python" -c "$check" "$TORCH_VERSION"

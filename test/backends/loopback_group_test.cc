@@ -3,7 +3,7 @@
 #include "backends/loopback/loopback.h"
 #include "test/backends/backend_test_util.h"
 
-#include <catch2/catch.hpp>
+#include "test/catch.h"
 
 #include <atomic>
 #include <functional>

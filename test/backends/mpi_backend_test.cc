@@ -7,7 +7,7 @@
 #include "backends/mpi/mpi_transport.h"
 #include "test/backends/backend_test_util.h"
 
-#include <catch2/catch.hpp>
+#include "test/catch.h"
 
 #include <mpi.h>
 

@@ -5,7 +5,7 @@
 #include "bench/report.h"
 #include "core/common.h"
 
-#include <catch2/catch.hpp>
+#include "test/catch.h"
 
 #include <cstdint>
 #include <string>

@@ -2,7 +2,7 @@
 // scale factors, in place and out of place, submission order, fusion, unnamed ops, large.
 #include "test/integration/test_util.h"
 
-#include <catch2/catch.hpp>
+#include "test/catch.h"
 
 #include <memory>
 #include <set>

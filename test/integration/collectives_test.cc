@@ -2,7 +2,7 @@
 // dtype, with uneven and zero-sized parts. References are computed locally on every rank.
 #include "test/integration/test_util.h"
 
-#include <catch2/catch.hpp>
+#include "test/catch.h"
 
 #include <cstdlib>
 #include <memory>

@@ -3,7 +3,7 @@
 // thread-local last errors, unnamed ops of several types interleaved.
 #include "test/integration/test_util.h"
 
-#include <catch2/catch.hpp>
+#include "test/catch.h"
 
 #include <atomic>
 #include <cstdlib>

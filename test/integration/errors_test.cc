@@ -3,7 +3,7 @@
 // bad arguments through both APIs, and poll / wait / callback semantics.
 #include "test/integration/test_util.h"
 
-#include <catch2/catch.hpp>
+#include "test/catch.h"
 
 #include <algorithm>
 #include <atomic>

@@ -3,7 +3,7 @@
 // same first error. Run under tuttirun only (mpirun tears the whole job down on its own).
 #include "test/integration/test_util.h"
 
-#include <catch2/catch.hpp>
+#include "test/catch.h"
 
 #include <chrono>
 #include <cstdio>

@@ -3,7 +3,7 @@
 // ops that cannot take zeros fail with kJoined while a rank has joined.
 #include "test/integration/test_util.h"
 
-#include <catch2/catch.hpp>
+#include "test/catch.h"
 
 #include <algorithm>
 #include <cstdlib>

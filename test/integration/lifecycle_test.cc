@@ -3,7 +3,7 @@
 // order, because the state it checks is per process.
 #include "test/integration/test_util.h"
 
-#include <catch2/catch.hpp>
+#include "test/catch.h"
 
 using namespace tutti;
 using namespace tutti::itest;

@@ -3,7 +3,7 @@
 // differently on different ranks.
 #include "test/integration/test_util.h"
 
-#include <catch2/catch.hpp>
+#include "test/catch.h"
 
 #include <algorithm>
 #include <cstdlib>

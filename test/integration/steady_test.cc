@@ -3,7 +3,7 @@
 // must be a mismatch), sizes around backend chunk boundaries, and every op at >= 16 MiB.
 #include "test/integration/test_util.h"
 
-#include <catch2/catch.hpp>
+#include "test/catch.h"
 
 #include <algorithm>
 #include <cstdlib>

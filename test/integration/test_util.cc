@@ -1,7 +1,7 @@
 #include "test/integration/test_util.h"
 
 #define CATCH_CONFIG_EXTERNAL_INTERFACES  // TestEventListenerBase, for the shutdown listener
-#include <catch2/catch.hpp>
+#include "test/catch.h"
 
 #include <algorithm>
 #include <chrono>

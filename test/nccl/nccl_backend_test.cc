@@ -3,7 +3,7 @@
 // together; the dtype/op tables are checked), and the binary exits with kSkipReturnCode so
 // CTest reports "Skipped".
 #define CATCH_CONFIG_RUNNER
-#include <catch2/catch.hpp>
+#include "test/catch.h"
 #include <cuda_runtime_api.h>
 
 #include "backends/loopback/loopback.h"

@@ -2,7 +2,7 @@
 // bootstrapped through a ControlPlane on MPI_COMM_WORLD. Without a GPU on every rank the
 // binary checks that the factory declines on every rank and exits with kSkipReturnCode.
 #define CATCH_CONFIG_RUNNER
-#include <catch2/catch.hpp>
+#include "test/catch.h"
 
 #include "backends/nccl/nccl_backend.h"
 #include "test/nccl/nccl_test_util.h"

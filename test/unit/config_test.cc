@@ -1,7 +1,7 @@
 #include "core/common.h"
 #include "core/config.h"
 
-#include <catch2/catch.hpp>
+#include "test/catch.h"
 
 #include <fstream>
 #include <sstream>

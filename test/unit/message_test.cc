@@ -1,6 +1,6 @@
 #include "core/message.h"
 
-#include <catch2/catch.hpp>
+#include "test/catch.h"
 
 using namespace tutti;
 

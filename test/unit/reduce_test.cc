@@ -1,6 +1,6 @@
 #include "core/reduce.h"
 
-#include <catch2/catch.hpp>
+#include "test/catch.h"
 
 #include <cmath>
 #include <cstdint>

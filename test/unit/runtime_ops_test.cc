@@ -1,7 +1,7 @@
 // Every op through the runtime with threads as ranks: data movement, join, process sets.
 #include "test/unit/rank_threads.h"
 
-#include <catch2/catch.hpp>
+#include "test/catch.h"
 
 #include <cstdlib>
 

@@ -1,7 +1,7 @@
 // The runtime end to end with threads as ranks: negotiation, ordering, errors, lifecycle.
 #include "test/unit/rank_threads.h"
 
-#include <catch2/catch.hpp>
+#include "test/catch.h"
 
 #include <algorithm>
 #include <atomic>

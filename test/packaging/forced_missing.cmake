@@ -1,0 +1,27 @@
+# cmake -DSRC=<tree> -DWORK=<scratch dir> -DPART=MPI|GLOO|TORCH -P forced_missing.cmake
+# Configures the tree with TUTTI_WITH_<PART>=1 in the environment and that part's dependency
+# hidden, and checks that the configure fails with the message naming what is missing.
+set(ENV{TUTTI_WITH_${PART}} 1)
+set(args -DTUTTI_BUILD_TESTS=OFF -DTUTTI_WITH_NCCL=OFF)
+if(PART STREQUAL "MPI")
+  list(APPEND args -DCMAKE_DISABLE_FIND_PACKAGE_MPI=ON -DTUTTI_WITH_TORCH=OFF)
+  set(expect "TUTTI_WITH_MPI=1 asks for the MPI \\(Open MPI\\) backend, but MPI's headers and libraries were not found")
+elseif(PART STREQUAL "GLOO")
+  list(APPEND args -DGLOO_INCLUDE_DIR=GLOO_INCLUDE_DIR-NOTFOUND -DTUTTI_WITH_TORCH=OFF)
+  set(expect "TUTTI_WITH_GLOO=1 asks for the gloo \\(TCP\\) backend, but gloo/context.h or libgloo was not found")
+elseif(PART STREQUAL "TORCH")
+  list(APPEND args "-DTUTTI_TORCH_PYTHONS=${WORK}/no-such-python")
+  set(expect "TUTTI_WITH_TORCH=1 asks for the PyTorch adapter tutti.torch, but no usable torch: ${WORK}/no-such-python does not exist")
+endif()
+file(REMOVE_RECURSE ${WORK})
+execute_process(COMMAND ${CMAKE_COMMAND} -S ${SRC} -B ${WORK} ${args}
+                OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc TIMEOUT 120)
+file(REMOVE_RECURSE ${WORK})
+string(REGEX REPLACE "[ \n]+" " " folded "${out}${err}")
+if(rc EQUAL 0)
+  message(FATAL_ERROR "TUTTI_WITH_${PART}=1 with the dependency hidden configured fine:\n${out}${err}")
+endif()
+if(NOT folded MATCHES "${expect}")
+  message(FATAL_ERROR "expected the configure to say\n  ${expect}\ngot:\n${err}")
+endif()
+message(STATUS "TUTTI_WITH_${PART}=1 without it fails as expected: ${CMAKE_MATCH_0}")
