@@ -117,9 +117,12 @@ void reduce16(uint16_t* acc, const uint16_t* in, int64_t n, ReduceOp op) {
   }
 }
 
+// In T's own arithmetic (the factor rounded to T first), as Horovod does: results are
+// bit-identical to `tensor * torch.tensor(factor, dtype=tensor.dtype)`.
 template <typename T>
 void scaleFloat(const T* in, T* out, int64_t n, double factor) {
-  for (int64_t i = 0; i < n; ++i) out[i] = static_cast<T>(in[i] * factor);
+  const T f = static_cast<T>(factor);
+  for (int64_t i = 0; i < n; ++i) out[i] = in[i] * f;
 }
 
 template <typename T>

@@ -13,7 +13,12 @@ TuttiTimeoutError = _C.TuttiTimeoutError
 # Scripts written for Horovod catch this name around collectives.
 HorovodInternalError = TuttiError
 
-_NOT_INITIALIZED = "Tutti has not been initialized; use hvd.init()."
+_NOT_INITIALIZED = "Tutti has not been initialized: call hvd.init() first"
+
+
+def _require_init(what):
+    if not _C.is_initialized():
+        raise ValueError("%s: %s" % (what, _NOT_INITIALIZED))
 
 
 class ProcessSet:
@@ -73,6 +78,7 @@ _registered = {}  # id -> ProcessSet, excluding the global one
 
 
 def _process_set_id(process_set):
+    _require_init("tutti.torch")
     if not isinstance(process_set, ProcessSet):
         raise ValueError("process_set must be a tutti.torch.ProcessSet, got %r" % (process_set,))
     return process_set._require_id()
@@ -106,20 +112,39 @@ def remove_process_set(process_set):
     return True
 
 
+def _comm_ranks(comm):
+    """The global ranks `comm` (a list of ranks or an mpi4py communicator) names, or None
+    for the whole job."""
+    if comm is None:
+        return None
+    if isinstance(comm, (list, tuple)):
+        return sorted(int(r) for r in comm)
+    if hasattr(comm, "Get_group") and hasattr(comm, "Get_size"):
+        from mpi4py import MPI  # only reached with an mpi4py communicator in hand
+        world = MPI.COMM_WORLD.Get_group()
+        ranks = MPI.Group.Translate_ranks(comm.Get_group(), list(range(comm.Get_size())),
+                                          world)
+        return sorted(ranks)
+    raise ValueError("tutti.torch.init(comm=%r): expected a list of ranks or an mpi4py "
+                     "communicator" % (comm,))
+
+
 def init(comm=None, process_sets=None):
     """Starts Tutti on this process; settings and topology come from the environment.
 
-    comm: must be None (or a list of all ranks); Tutti does not take MPI communicators.
+    comm: None, or a list of ranks / an mpi4py communicator spanning the whole job (Tutti
+    runs on all the processes of the job; use process sets for subsets).
     process_sets: ProcessSets to register right away (or "dynamic", accepted and ignored:
     sets can always be added later).
     """
-    if comm is not None and not isinstance(comm, (list, tuple)):
-        raise ValueError("tutti.torch.init(comm=...) does not accept MPI communicators; "
-                         "use process sets instead")
+    ranks = _comm_ranks(comm)
     _C.init()
-    if comm is not None and sorted(comm) != list(range(_C.size())):
-        raise ValueError("tutti.torch.init(comm=%r): only the full world (ranks 0..%d) is "
-                         "supported; use process sets for subsets" % (comm, _C.size() - 1))
+    if ranks is not None and ranks != list(range(_C.size())):
+        raise NotImplementedError(
+            "tutti.torch.init(comm=...): the communicator holds ranks %s but the job has "
+            "ranks 0..%d; Tutti runs on the whole job: call hvd.init() and use "
+            "hvd.add_process_set(%s) for the subset (docs/pytorch.md)"
+            % (ranks, _C.size() - 1, ranks))
     global_process_set.ranks = list(range(_C.size()))
     if process_sets is not None and not isinstance(process_sets, str):
         for process_set in process_sets:
@@ -134,6 +159,22 @@ def shutdown():
         for process_set in _registered.values():
             process_set._invalidate()
         _registered.clear()
+
+
+def start_timeline(file_path, mark_cycles=False):
+    """Not available: Tutti's timeline is chosen before init (horovod.torch can start one
+    at run time)."""
+    del file_path, mark_cycles
+    raise NotImplementedError(
+        "tutti.torch.start_timeline(): a timeline cannot be started at run time; set "
+        "TUTTI_TIMELINE=/path/trace.json before hvd.init() (docs/pytorch.md)")
+
+
+def stop_timeline():
+    """Not available (see start_timeline)."""
+    raise NotImplementedError(
+        "tutti.torch.stop_timeline(): the timeline set with TUTTI_TIMELINE runs until "
+        "hvd.shutdown() (docs/pytorch.md)")
 
 
 def is_initialized():
@@ -190,12 +231,21 @@ def gloo_built():
 
 
 def nccl_built():
-    return bool(_C.backend_built("nccl"))
+    """The NCCL version as an int (e.g. 21805 for 2.18.5) when the NCCL backend is compiled
+    in, else 0 (as Horovod). The version is the one torch reports (Tutti's NCCL backend
+    requires the same major version)."""
+    if not _C.backend_built("nccl"):
+        return 0
+    version = torch.cuda.nccl.version() if torch.cuda.is_available() else (2, 0, 0)
+    if isinstance(version, int):
+        return version
+    major, minor, patch = (tuple(version) + (0, 0, 0))[:3]
+    return major * 10000 + minor * 100 + patch
 
 
 def cuda_built():
     """GPU support (the NCCL backend) was compiled in."""
-    return nccl_built()
+    return bool(_C.backend_built("nccl"))
 
 
 def rocm_built():

@@ -6,7 +6,7 @@ import pickle
 import torch
 
 from tutti.torch import mpi_ops
-from tutti.torch.basics import global_process_set
+from tutti.torch.basics import _process_set_id, global_process_set, rank
 from tutti.torch.mpi_ops import synchronize
 
 
@@ -88,10 +88,17 @@ def _from_byte_tensor(tensor):
     return pickle.loads(tensor.numpy().tobytes())
 
 
+def _object_name(name, what, process_set):
+    """The given name, else one every rank derives alike (never from the object, which
+    may differ between ranks, e.g. obj if rank == 0 else None)."""
+    return name or mpi_ops._auto_name(what, _process_set_id(process_set))
+
+
 def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
-    """Returns the root's picklable `obj` on every rank of the set."""
-    name = name or type(obj).__name__
-    is_root = process_set.rank() == root_rank
+    """Returns the root's picklable `obj` on every rank of the set (root_rank: a global
+    rank). Only the root's `obj` is read: others may pass None."""
+    name = _object_name(name, "broadcast_object", process_set)
+    is_root = rank() == root_rank
     if is_root:
         payload = _to_byte_tensor(obj)
         length = torch.tensor([payload.numel()], dtype=torch.int64)
@@ -106,7 +113,7 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set
 
 def allgather_object(obj, name=None, process_set=global_process_set):
     """Returns the list of every rank's picklable `obj`, in rank order of the set."""
-    name = name or type(obj).__name__
+    name = _object_name(name, "allgather_object", process_set)
     payload = _to_byte_tensor(obj)
     sizes = synchronize(mpi_ops.allgather_async(
         torch.tensor([payload.numel()], dtype=torch.int64), name + ".sizes", process_set))

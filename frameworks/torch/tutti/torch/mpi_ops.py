@@ -6,6 +6,7 @@ until it is synchronized. Inputs need not be contiguous: they are copied to a co
 buffer, and in-place variants copy the result back.
 """
 
+import itertools
 import warnings
 
 import torch
@@ -27,11 +28,12 @@ class Handle(int):
     """An op in flight: an int (usable as a dict key like Horovod's) that also holds the
     tensors the op uses and how to produce its result."""
 
-    def __new__(cls, value, keep, slot, finish):
+    def __new__(cls, value, keep, slot, finish, parts=None):
         handle = super().__new__(cls, value)
         handle._keep = keep
         handle._slot = slot
         handle._finish = finish
+        handle._parts = parts  # for a group of ops: their Handles
         return handle
 
 
@@ -40,17 +42,36 @@ class Handle(int):
 _handle_map = {}
 
 
+# Handles of groups made of several runtime ops count down from -1 (runtime handles are
+# positive), so the two never collide.
+_group_ids = itertools.count(-1, -1)
+
+
 def _register(handle_id, keep, finish, slot=None):
     handle = Handle(handle_id, keep, slot, finish)
     _handle_map[handle_id] = handle
     return handle
 
 
+def _register_group(parts, finish):
+    """One handle for several ops: synchronize() waits for each and returns
+    finish(list of their outputs)."""
+    for part in parts:
+        _handle_map.pop(int(part), None)
+    group_id = next(_group_ids)
+    handle = Handle(group_id, (), None, finish, parts)
+    _handle_map[group_id] = handle
+    return handle
+
+
 def poll(handle):
     """True when the op behind `handle` has finished (synchronize() will not block)."""
-    if int(handle) not in _handle_map:
+    entry = _handle_map.get(int(handle))
+    if entry is None:
         raise ValueError("poll(): unknown or already synchronized handle %d" % int(handle))
-    return bool(_C.poll(int(handle)))
+    if entry._parts is not None:
+        return all(bool(_C.poll(int(part))) for part in entry._parts)
+    return bool(_C.poll(int(entry)))
 
 
 def synchronize(handle):
@@ -61,6 +82,12 @@ def synchronize(handle):
     entry = _handle_map.pop(int(handle), None)
     if entry is None:
         return None
+    if entry._parts is not None:
+        outputs = []
+        for part in entry._parts:
+            _handle_map[int(part)] = part
+            outputs.append(synchronize(part))
+        return entry._finish(outputs)
     try:
         output, recv_splits, last_joined = _C.wait(int(entry), -1.0, entry._slot)
     except _C.TuttiError as error:
@@ -96,6 +123,19 @@ def _check_op(op, what):
 
 def _name(name):
     return "" if name is None else str(name)
+
+
+_noname_counters = {}
+
+
+def _auto_name(op, process_set_id):
+    """A name for an unnamed op that builds a group: "<op>.noname.<n>", counted per op and
+    process set so that every rank of the set derives the same one."""
+    count = _noname_counters.get((op, process_set_id), 0)
+    _noname_counters[(op, process_set_id)] = count + 1
+    if process_set_id:
+        return "%s.noname.set%d.%d" % (op, process_set_id, count)
+    return "%s.noname.%d" % (op, count)
 
 
 def _contiguous(tensor):
@@ -172,8 +212,8 @@ def _grouped_allreduce_async(tensors, outputs, name, op, prescale_factor,
     tensors = list(tensors)
     if not tensors:
         raise ValueError("grouped_allreduce needs at least one tensor")
-    base = _name(name)
-    names = ["%s.%d" % (base, i) if base else "" for i in range(len(tensors))]
+    base = _name(name) or _auto_name("grouped_allreduce", set_id)
+    names = ["%s.%d" % (base, i) for i in range(len(tensors))]
     sources = [_contiguous(_detach(t)) for t in tensors]
     in_place = outputs is None
     targets = sources if in_place else [_contiguous(_detach(o)) for o in outputs]
@@ -225,7 +265,7 @@ def allgather_async(tensor, name=None, process_set=global_process_set):
 def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
     """Starts broadcasting the root's `tensor` into a new tensor on every rank.
 
-    root_rank is a rank within the process set (for the global set: the global rank).
+    root_rank is a global rank, which must belong to the process set (as in Horovod).
     """
     output = _detach(tensor).clone(memory_format=torch.contiguous_format)
     return _broadcast_async(output, output, root_rank, name, process_set)
@@ -236,10 +276,24 @@ def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_se
     return _broadcast_async(tensor, tensor, root_rank, name, process_set)
 
 
+def _root_in_set(root_rank, process_set, what):
+    """The position in the process set of global rank `root_rank`."""
+    set_id = _process_set_id(process_set)
+    root_rank = int(root_rank)
+    if set_id == 0:
+        return root_rank
+    ranks = _C.process_set_ranks(set_id)
+    if root_rank not in ranks:
+        raise ValueError("%s: root_rank %d is not in the process set (ranks %s); root_rank "
+                         "is a global rank" % (what, root_rank, list(ranks)))
+    return list(ranks).index(root_rank)
+
+
 def _broadcast_async(tensor, result, root_rank, name, process_set):
     set_id = _process_set_id(process_set)
+    root = _root_in_set(root_rank, process_set, "broadcast")
     buffer = _contiguous(_detach(tensor))
-    handle_id = _C.broadcast_async(_name(name), buffer, int(root_rank), set_id)
+    handle_id = _C.broadcast_async(_name(name), buffer, root, set_id)
     finish = lambda *_: _copy_back(result, buffer)  # noqa: E731
     return _register(handle_id, (tensor, buffer), finish)
 
@@ -280,6 +334,57 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=global_proces
     handle_id, slot = _C.reducescatter_async(_name(name), source, op, float(prescale_factor),
                                              float(postscale_factor), set_id)
     return _register(handle_id, (tensor, source), lambda output, *_: output, slot)
+
+
+# ---- grouped allgather and reducescatter, sparse allreduce --------------------------------
+
+def _grouped_async(start, tensors, name, what, process_set):
+    """Starts start(tensor, name_i) for each tensor, under one handle whose
+    synchronize() returns the list of outputs."""
+    tensors = list(tensors)
+    if not tensors:
+        raise ValueError("%s needs at least one tensor" % what)
+    base = _name(name) or _auto_name(what, _process_set_id(process_set))
+    parts = [start(t, "%s.%d" % (base, i)) for i, t in enumerate(tensors)]
+    return _register_group(parts, list)
+
+
+def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
+    """Starts allgathering each tensor of a list; synchronize() returns a list."""
+    return _grouped_async(lambda t, n: allgather_async(t, n, process_set), tensors, name,
+                          "grouped_allgather", process_set)
+
+
+def grouped_reducescatter_async(tensors, name=None, op=Average,
+                                process_set=global_process_set, prescale_factor=1.0,
+                                postscale_factor=1.0):
+    """Starts reducescattering each tensor of a list; synchronize() returns a list."""
+    return _grouped_async(
+        lambda t, n: reducescatter_async(t, n, op, process_set, prescale_factor,
+                                         postscale_factor),
+        tensors, name, "grouped_reducescatter", process_set)
+
+
+def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
+    """Starts reducing a sparse COO tensor by allgathering its indices and values; returns
+    a function that waits and returns the reduced sparse tensor (Sum or Average)."""
+    if op not in (Sum, Average):
+        raise ValueError("sparse_allreduce_async: only Sum and Average are supported, got %r"
+                         % (op,))
+    tensor = tensor.coalesce()
+    base = _name(name) or _auto_name("sparse_allreduce", _process_set_id(process_set))
+    indices = allgather_async(tensor.indices().t().contiguous(), base + ".indices",
+                              process_set)
+    values = allgather_async(tensor.values(), base + ".values", process_set)
+
+    def wait():
+        all_values = synchronize(values)
+        all_indices = synchronize(indices)
+        if op == Average:
+            all_values = all_values / process_set.size()
+        return torch.sparse_coo_tensor(all_indices.t(), all_values, tensor.size())
+
+    return wait
 
 
 # ---- barrier and join ---------------------------------------------------------------------
