@@ -1,10 +1,14 @@
 """Lifecycle, topology, build flags and process sets (horovod.common.basics/process_sets)."""
 
+import importlib.util
 import threading
 
 import torch
 
-from tutti.torch import _C
+from tutti.torch._loader import preload_tutti
+
+preload_tutti(importlib.util.find_spec("tutti.torch._C").origin)
+from tutti.torch import _C  # noqa: E402  (after the preload)
 
 TuttiError = _C.TuttiError
 TuttiValueError = _C.TuttiValueError
