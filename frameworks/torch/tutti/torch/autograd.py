@@ -15,7 +15,7 @@ The grouped variants do the same per tensor. Named ops name their backward colle
 
 import torch
 
-from tutti.torch import mpi_ops
+from tutti.torch import compiled, mpi_ops
 from tutti.torch.basics import global_process_set, rank
 from tutti.torch.compression import Compression
 from tutti.torch.mpi_ops import Average, Sum, synchronize
@@ -49,8 +49,13 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
     """
     op = mpi_ops.handle_average_backwards_compatibility(op, average)
     compressed, ctx = compression.compress(tensor)
-    reduced = TuttiAllreduce.apply(compressed, name, op, prescale_factor, postscale_factor,
-                                   process_set)
+    if compiled.AVAILABLE and compiled.compiling():
+        reduced = compiled.allreduce(compressed, mpi_ops._name(name), int(op),
+                                     float(prescale_factor), float(postscale_factor),
+                                     compiled.set_id(process_set))
+    else:
+        reduced = TuttiAllreduce.apply(compressed, name, op, prescale_factor,
+                                       postscale_factor, process_set)
     return compression.decompress(reduced, ctx)
 
 
@@ -160,6 +165,9 @@ class TuttiBroadcast(torch.autograd.Function):
 def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
     """Returns the root's `tensor` on every rank (a new tensor). root_rank is a global
     rank, which must belong to the process set. Differentiable."""
+    if compiled.AVAILABLE and compiled.compiling():
+        return compiled.broadcast(tensor, int(root_rank), mpi_ops._name(name),
+                                  compiled.set_id(process_set))
     return TuttiBroadcast.apply(tensor, root_rank, name, process_set)
 
 

@@ -307,6 +307,9 @@ def _splits_list(splits):
     if splits is None:
         return []
     if isinstance(splits, torch.Tensor):
+        if splits.is_floating_point() or splits.is_complex() or splits.dtype == torch.bool:
+            raise ValueError("alltoall: splits must hold integers (int32 as in Horovod), "
+                             "got a %s tensor" % splits.dtype)
         return [int(s) for s in splits.reshape(-1).tolist()]
     return [int(s) for s in splits]
 
@@ -382,7 +385,9 @@ def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
         all_indices = synchronize(indices)
         if op == Average:
             all_values = all_values / process_set.size()
-        return torch.sparse_coo_tensor(all_indices.t(), all_values, tensor.size())
+        with warnings.catch_warnings():  # torch 2.x: a note that invariants are unchecked
+            warnings.simplefilter("ignore", UserWarning)
+            return torch.sparse_coo_tensor(all_indices.t(), all_values, tensor.size())
 
     return wait
 
