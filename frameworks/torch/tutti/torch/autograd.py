@@ -12,11 +12,12 @@ horovod.torch's conventions (so that a script moved from Horovod trains the same
 The grouped variants do the same per tensor. Named ops name their backward collectives
 "<name>.grad" so that they never collide.
 """
+from typing import Any, List, Optional, Sequence, Union
 
 import torch
 
 from tutti.torch import compiled, mpi_ops
-from tutti.torch.basics import global_process_set, rank
+from tutti.torch.basics import ProcessSet, global_process_set, rank
 from tutti.torch.compression import Compression
 from tutti.torch.mpi_ops import Average, Sum, synchronize
 
@@ -40,8 +41,11 @@ class TuttiAllreduce(torch.autograd.Function):
         return grad, None, None, None, None, None
 
 
-def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None,
-              prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
+def allreduce(tensor: torch.Tensor, average: Optional[bool] = None,
+              name: Optional[str] = None, compression: type = Compression.none,
+              op: Optional[int] = None,
+              prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+              process_set: ProcessSet = global_process_set) -> torch.Tensor:
     """Reduces `tensor` over the process set and returns the result (a new tensor).
 
     Differentiable. op: Average (default), Sum, Min, Max or Product. `compression`
@@ -74,9 +78,11 @@ class TuttiGroupedAllreduce(torch.autograd.Function):
         return (None, None, None, None, None) + tuple(grads)
 
 
-def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none,
-                      op=None, prescale_factor=1.0, postscale_factor=1.0,
-                      process_set=global_process_set):
+def grouped_allreduce(tensors: Sequence[torch.Tensor], average: Optional[bool] = None,
+                      name: Optional[str] = None, compression: type = Compression.none,
+                      op: Optional[int] = None, prescale_factor: float = 1.0,
+                      postscale_factor: float = 1.0,
+                      process_set: ProcessSet = global_process_set) -> List[torch.Tensor]:
     """Reduces a list of tensors as one group; returns a list of new tensors.
 
     Differentiable."""
@@ -115,7 +121,8 @@ class TuttiAllgather(torch.autograd.Function):
         return grad, None, None
 
 
-def allgather(tensor, name=None, process_set=global_process_set):
+def allgather(tensor: torch.Tensor, name: Optional[str] = None,
+              process_set: ProcessSet = global_process_set) -> torch.Tensor:
     """Concatenates `tensor` from every rank of the set along dimension 0 (the first
     dimension may differ per rank). Differentiable."""
     return TuttiAllgather.apply(tensor, name, process_set)
@@ -141,7 +148,8 @@ class TuttiGroupedAllgather(torch.autograd.Function):
             for i, (g, rows) in enumerate(zip(grads, ctx.rows)))
 
 
-def grouped_allgather(tensors, name=None, process_set=global_process_set):
+def grouped_allgather(tensors: Sequence[torch.Tensor], name: Optional[str] = None,
+                      process_set: ProcessSet = global_process_set) -> List[torch.Tensor]:
     """Allgathers each tensor of a list (see allgather); returns a list. Differentiable."""
     return list(TuttiGroupedAllgather.apply(name, process_set, *tensors))
 
@@ -162,7 +170,8 @@ class TuttiBroadcast(torch.autograd.Function):
         return grad, None, None, None
 
 
-def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
+def broadcast(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
+              process_set: ProcessSet = global_process_set) -> torch.Tensor:
     """Returns the root's `tensor` on every rank (a new tensor). root_rank is a global
     rank, which must belong to the process set. Differentiable."""
     if compiled.AVAILABLE and compiled.compiling():
@@ -188,7 +197,8 @@ class TuttiAlltoall(torch.autograd.Function):
         return grad, None, None, None
 
 
-def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
+def alltoall(tensor: torch.Tensor, splits: Union[Sequence[int], torch.Tensor, None] = None,
+             name: Optional[str] = None, process_set: ProcessSet = global_process_set) -> Any:
     """Sends splits[i] rows of `tensor` to rank i of the set (equal splits if None).
 
     Returns the received rows concatenated in rank order, and, when `splits` is given,
@@ -223,8 +233,10 @@ class TuttiReducescatter(torch.autograd.Function):
         return grad, None, None, None, None, None
 
 
-def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
-                  process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0):
+def reducescatter(tensor: torch.Tensor, name: Optional[str] = None,
+                  compression: type = Compression.none, op: int = Average,
+                  process_set: ProcessSet = global_process_set, prescale_factor: float = 1.0,
+                  postscale_factor: float = 1.0) -> torch.Tensor:
     """Reduces `tensor` over the set and returns this rank's share of dimension 0 (the
     first n % size ranks get one more row). op: Average (default), Sum, Min, Max, Product.
     Differentiable."""
@@ -253,9 +265,11 @@ class TuttiGroupedReducescatter(torch.autograd.Function):
         return (None, None, None, None, None) + tuple(grads)
 
 
-def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=Average,
-                          process_set=global_process_set, prescale_factor=1.0,
-                          postscale_factor=1.0):
+def grouped_reducescatter(tensors: Sequence[torch.Tensor], name: Optional[str] = None,
+                          compression: type = Compression.none, op: int = Average,
+                          process_set: ProcessSet = global_process_set,
+                          prescale_factor: float = 1.0,
+                          postscale_factor: float = 1.0) -> List[torch.Tensor]:
     """Reducescatters each tensor of a list (see reducescatter); returns a list.
     Differentiable."""
     pairs = [compression.compress(t) for t in tensors]

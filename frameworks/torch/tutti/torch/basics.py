@@ -2,6 +2,7 @@
 
 import importlib.util
 import threading
+from typing import Any, Sequence, Union
 
 import torch
 
@@ -88,7 +89,7 @@ def _process_set_id(process_set):
     return process_set._require_id()
 
 
-def add_process_set(process_set):
+def add_process_set(process_set: Union[ProcessSet, Sequence[int]]) -> ProcessSet:
     """Registers a process set; collective over ALL ranks, each passing the same ranks.
 
     Accepts a ProcessSet or a sequence of ranks; returns the registered ProcessSet.
@@ -104,7 +105,7 @@ def add_process_set(process_set):
     return process_set
 
 
-def remove_process_set(process_set):
+def remove_process_set(process_set: ProcessSet) -> bool:
     """Unregisters a process set (collective over all ranks). Returns True if removed."""
     if not isinstance(process_set, ProcessSet) or not process_set.process_set_id:
         return False
@@ -133,7 +134,7 @@ def _comm_ranks(comm):
                      "communicator" % (comm,))
 
 
-def init(comm=None, process_sets=None):
+def init(comm: Any = None, process_sets: Any = None) -> None:
     """Starts Tutti on this process; settings and topology come from the environment.
 
     comm: None, or a list of ranks / an mpi4py communicator spanning the whole job (Tutti
@@ -156,7 +157,7 @@ def init(comm=None, process_sets=None):
                 add_process_set(process_set)
 
 
-def shutdown():
+def shutdown() -> None:
     """Stops Tutti; registered process sets are forgotten (init() may be called again)."""
     _C.shutdown()
     with _lock:
@@ -165,7 +166,7 @@ def shutdown():
         _registered.clear()
 
 
-def start_timeline(file_path, mark_cycles=False):
+def start_timeline(file_path: str, mark_cycles: bool = False) -> None:
     """Not available: Tutti's timeline is chosen before init (horovod.torch can start one
     at run time)."""
     del file_path, mark_cycles
@@ -174,14 +175,14 @@ def start_timeline(file_path, mark_cycles=False):
         "TUTTI_TIMELINE=/path/trace.json before hvd.init() (docs/pytorch.md)")
 
 
-def stop_timeline():
+def stop_timeline() -> None:
     """Not available (see start_timeline)."""
     raise NotImplementedError(
         "tutti.torch.stop_timeline(): the timeline set with TUTTI_TIMELINE runs until "
         "hvd.shutdown() (docs/pytorch.md)")
 
 
-def is_initialized():
+def is_initialized() -> bool:
     return bool(_C.is_initialized())
 
 
@@ -191,50 +192,50 @@ def _topology(value):
     return value
 
 
-def rank():
+def rank() -> int:
     """This process's global rank."""
     return _topology(_C.rank())
 
 
-def size():
+def size() -> int:
     """Number of processes in the job."""
     return _topology(_C.size())
 
 
-def local_rank():
+def local_rank() -> int:
     """Rank among the processes on this host."""
     return _topology(_C.local_rank())
 
 
-def local_size():
+def local_size() -> int:
     """Number of processes on this host."""
     return _topology(_C.local_size())
 
 
-def cross_rank():
+def cross_rank() -> int:
     """Index of this host among the hosts (rank among processes with this local rank)."""
     return _topology(_C.cross_rank())
 
 
-def cross_size():
+def cross_size() -> int:
     """Number of hosts (processes with this local rank)."""
     return _topology(_C.cross_size())
 
 
-def is_homogeneous():
+def is_homogeneous() -> bool:
     """True when every host runs the same number of processes."""
     return size() == local_size() * cross_size()
 
 
-def mpi_built():
+def mpi_built() -> bool:
     return bool(_C.backend_built("mpi"))
 
 
-def gloo_built():
+def gloo_built() -> bool:
     return bool(_C.backend_built("gloo"))
 
 
-def nccl_built():
+def nccl_built() -> int:
     """The NCCL version as an int (e.g. 21805 for 2.18.5) when the NCCL backend is compiled
     in, else 0 (as Horovod). The version is the one torch reports (Tutti's NCCL backend
     requires the same major version)."""
@@ -247,43 +248,43 @@ def nccl_built():
     return major * 10000 + minor * 100 + patch
 
 
-def cuda_built():
+def cuda_built() -> bool:
     """GPU support (the NCCL backend) was compiled in."""
     return bool(_C.backend_built("nccl"))
 
 
-def rocm_built():
+def rocm_built() -> bool:
     return False
 
 
-def ddl_built():
+def ddl_built() -> bool:
     return False
 
 
-def ccl_built():
+def ccl_built() -> bool:
     return False
 
 
-def mpi_enabled():
+def mpi_enabled() -> bool:
     """The MPI backend carries this job's CPU collectives."""
     return bool(_C.is_initialized()) and _C.cpu_backend() == "mpi"
 
 
-def gloo_enabled():
+def gloo_enabled() -> bool:
     """The gloo backend carries this job's CPU collectives."""
     return bool(_C.is_initialized()) and _C.cpu_backend() == "gloo"
 
 
-def nccl_enabled():
+def nccl_enabled() -> bool:
     """GPU tensors go through NCCL: it is compiled in and torch sees a GPU."""
     return nccl_built() and torch.cuda.is_available()
 
 
-def mpi_threads_supported():
+def mpi_threads_supported() -> bool:
     """Whether MPI may be used by other threads; Tutti calls MPI from one thread only."""
     return mpi_enabled()
 
 
-def cpu_backend():
+def cpu_backend() -> str:
     """Name of the backend in use for CPU tensors ("mpi" or "gloo"), "" before init."""
     return _C.cpu_backend()

@@ -8,11 +8,12 @@ buffer, and in-place variants copy the result back.
 
 import itertools
 import warnings
+from typing import Any, Callable, List, Optional, Sequence, Union
 
 import torch
 
 from tutti.torch import _C
-from tutti.torch.basics import _process_set_id, global_process_set
+from tutti.torch.basics import ProcessSet, _process_set_id, global_process_set
 
 # Reduction ops. Adasum exists for scripts that name it; Tutti does not implement it.
 Sum = _C.SUM
@@ -64,7 +65,7 @@ def _register_group(parts, finish):
     return handle
 
 
-def poll(handle):
+def poll(handle: int) -> bool:
     """True when the op behind `handle` has finished (synchronize() will not block)."""
     entry = _handle_map.get(int(handle))
     if entry is None:
@@ -74,7 +75,7 @@ def poll(handle):
     return bool(_C.poll(int(entry)))
 
 
-def synchronize(handle):
+def synchronize(handle: int) -> Any:
     """Waits for the op and returns its output (None for an unknown handle, as Horovod).
 
     Raises TuttiError (alias HorovodInternalError) with the runtime's message on failure.
@@ -97,7 +98,7 @@ def synchronize(handle):
     return entry._finish(output, recv_splits, last_joined)
 
 
-def handle_average_backwards_compatibility(op, average):
+def handle_average_backwards_compatibility(op: Optional[int], average: Optional[bool]):
     """Resolves the deprecated `average=` argument into an op (default Average)."""
     if op is not None:
         if average is not None:
@@ -176,8 +177,11 @@ def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor
     return _register(handle_id, (tensor, output, source, target), finish)
 
 
-def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
-                    postscale_factor=1.0, process_set=global_process_set):
+def allreduce_async(tensor: torch.Tensor, average: Optional[bool] = None,
+                    name: Optional[str] = None, op: Optional[int] = None,
+                    prescale_factor: float = 1.0,
+                    postscale_factor: float = 1.0,
+                    process_set: ProcessSet = global_process_set) -> Handle:
     """Starts reducing `tensor` over the process set into a new tensor; returns a Handle.
 
     The reduction is keyed by `name`: every rank must use the same name, dtype and shape.
@@ -190,16 +194,22 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
                             process_set)
 
 
-def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
-                     postscale_factor=1.0, process_set=global_process_set):
+def allreduce_async_(tensor: torch.Tensor, average: Optional[bool] = None,
+                     name: Optional[str] = None, op: Optional[int] = None,
+                     prescale_factor: float = 1.0,
+                     postscale_factor: float = 1.0,
+                     process_set: ProcessSet = global_process_set) -> Handle:
     """Starts reducing `tensor` in place; returns a Handle."""
     op = handle_average_backwards_compatibility(op, average)
     return _allreduce_async(tensor, tensor, name, op, prescale_factor, postscale_factor,
                             process_set)
 
 
-def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
-               postscale_factor=1.0, process_set=global_process_set):
+def allreduce_(tensor: torch.Tensor, average: Optional[bool] = None,
+               name: Optional[str] = None, op: Optional[int] = None,
+               prescale_factor: float = 1.0,
+               postscale_factor: float = 1.0,
+               process_set: ProcessSet = global_process_set) -> torch.Tensor:
     """Reduces `tensor` in place and returns it."""
     return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor,
                                         postscale_factor, process_set))
@@ -225,8 +235,11 @@ def _grouped_allreduce_async(tensors, outputs, name, op, prescale_factor,
     return _register(handle_id, (tensors, outputs, sources, targets), finish)
 
 
-def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
-                            postscale_factor=1.0, process_set=global_process_set):
+def grouped_allreduce_async(tensors: Sequence[torch.Tensor], average: Optional[bool] = None,
+                            name: Optional[str] = None, op: Optional[int] = None,
+                            prescale_factor: float = 1.0,
+                            postscale_factor: float = 1.0,
+                            process_set: ProcessSet = global_process_set) -> Handle:
     """Starts reducing a list of tensors as one group (one handle; a list of outputs)."""
     op = handle_average_backwards_compatibility(op, average)
     outputs = [torch.empty_like(t, memory_format=torch.contiguous_format) for t in tensors]
@@ -234,16 +247,22 @@ def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_
                                     postscale_factor, process_set)
 
 
-def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
-                             postscale_factor=1.0, process_set=global_process_set):
+def grouped_allreduce_async_(tensors: Sequence[torch.Tensor], average: Optional[bool] = None,
+                             name: Optional[str] = None, op: Optional[int] = None,
+                             prescale_factor: float = 1.0,
+                             postscale_factor: float = 1.0,
+                             process_set: ProcessSet = global_process_set) -> Handle:
     """Starts reducing a list of tensors in place as one group."""
     op = handle_average_backwards_compatibility(op, average)
     return _grouped_allreduce_async(tensors, None, name, op, prescale_factor,
                                     postscale_factor, process_set)
 
 
-def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
-                       postscale_factor=1.0, process_set=global_process_set):
+def grouped_allreduce_(tensors: Sequence[torch.Tensor], average: Optional[bool] = None,
+                       name: Optional[str] = None, op: Optional[int] = None,
+                       prescale_factor: float = 1.0,
+                       postscale_factor: float = 1.0,
+                       process_set: ProcessSet = global_process_set) -> List[torch.Tensor]:
     """Reduces a list of tensors in place as one group and returns them."""
     return synchronize(grouped_allreduce_async_(tensors, average, name, op, prescale_factor,
                                                 postscale_factor, process_set))
@@ -251,7 +270,8 @@ def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_facto
 
 # ---- allgather, broadcast, alltoall, reducescatter ---------------------------------------
 
-def allgather_async(tensor, name=None, process_set=global_process_set):
+def allgather_async(tensor: torch.Tensor, name: Optional[str] = None,
+                    process_set: ProcessSet = global_process_set) -> Handle:
     """Starts concatenating `tensor` from every rank of the set along dimension 0.
 
     The first dimension may differ per rank; the others must match.
@@ -262,7 +282,8 @@ def allgather_async(tensor, name=None, process_set=global_process_set):
     return _register(handle_id, (tensor, source), lambda output, *_: output, slot)
 
 
-def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
+def broadcast_async(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
+                    process_set: ProcessSet = global_process_set) -> Handle:
     """Starts broadcasting the root's `tensor` into a new tensor on every rank.
 
     root_rank is a global rank, which must belong to the process set (as in Horovod).
@@ -271,7 +292,8 @@ def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set
     return _broadcast_async(output, output, root_rank, name, process_set)
 
 
-def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
+def broadcast_async_(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
+                     process_set: ProcessSet = global_process_set) -> Handle:
     """Starts broadcasting the root's `tensor` in place."""
     return _broadcast_async(tensor, tensor, root_rank, name, process_set)
 
@@ -298,7 +320,8 @@ def _broadcast_async(tensor, result, root_rank, name, process_set):
     return _register(handle_id, (tensor, buffer), finish)
 
 
-def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
+def broadcast_(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
+               process_set: ProcessSet = global_process_set) -> torch.Tensor:
     """Broadcasts the root's `tensor` in place and returns it."""
     return synchronize(broadcast_async_(tensor, root_rank, name, process_set))
 
@@ -314,7 +337,9 @@ def _splits_list(splits):
     return [int(s) for s in splits]
 
 
-def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
+def alltoall_async(tensor: torch.Tensor, splits: Union[Sequence[int], torch.Tensor,
+                   None] = None, name: Optional[str] = None,
+                   process_set: ProcessSet = global_process_set) -> Handle:
     """Starts sending splits[i] rows of `tensor` to rank i of the set (equal splits when
     None). synchronize() returns (output, received_splits as an int32 tensor)."""
     set_id = _process_set_id(process_set)
@@ -327,8 +352,9 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
     return _register(handle_id, (tensor, source, splits), finish, slot)
 
 
-def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set,
-                        prescale_factor=1.0, postscale_factor=1.0):
+def reducescatter_async(tensor: torch.Tensor, name: Optional[str] = None, op: int = Average,
+                        process_set: ProcessSet = global_process_set,
+                        prescale_factor: float = 1.0, postscale_factor: float = 1.0) -> Handle:
     """Starts reducing `tensor` over the set and scattering dimension 0: rank r gets its
     share of rows (the first n % size ranks one more)."""
     op = _check_op(op, "reducescatter")
@@ -352,15 +378,18 @@ def _grouped_async(start, tensors, name, what, process_set):
     return _register_group(parts, list)
 
 
-def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
+def grouped_allgather_async(tensors: Sequence[torch.Tensor], name: Optional[str] = None,
+                            process_set: ProcessSet = global_process_set) -> Handle:
     """Starts allgathering each tensor of a list; synchronize() returns a list."""
     return _grouped_async(lambda t, n: allgather_async(t, n, process_set), tensors, name,
                           "grouped_allgather", process_set)
 
 
-def grouped_reducescatter_async(tensors, name=None, op=Average,
-                                process_set=global_process_set, prescale_factor=1.0,
-                                postscale_factor=1.0):
+def grouped_reducescatter_async(tensors: Sequence[torch.Tensor], name: Optional[str] = None,
+                                op: int = Average,
+                                process_set: ProcessSet = global_process_set,
+                                prescale_factor: float = 1.0,
+                                postscale_factor: float = 1.0) -> Handle:
     """Starts reducescattering each tensor of a list; synchronize() returns a list."""
     return _grouped_async(
         lambda t, n: reducescatter_async(t, n, op, process_set, prescale_factor,
@@ -368,7 +397,9 @@ def grouped_reducescatter_async(tensors, name=None, op=Average,
         tensors, name, "grouped_reducescatter", process_set)
 
 
-def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
+def sparse_allreduce_async(tensor: torch.Tensor, name: Optional[str], op: Optional[int],
+                           process_set: ProcessSet = global_process_set) -> Callable[[],
+                           torch.Tensor]:
     """Starts reducing a sparse COO tensor by allgathering its indices and values; returns
     a function that waits and returns the reduced sparse tensor (Sum or Average)."""
     if op not in (Sum, Average):
@@ -394,12 +425,12 @@ def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
 
 # ---- barrier and join ---------------------------------------------------------------------
 
-def barrier(process_set=global_process_set):
+def barrier(process_set: ProcessSet = global_process_set) -> None:
     """Returns once every rank of the set has entered the barrier."""
     synchronize(_register(_C.barrier_async(_process_set_id(process_set)), (), _returns(None)))
 
 
-def join(device=-1, process_set=global_process_set):
+def join(device: int = -1, process_set: ProcessSet = global_process_set) -> int:
     """Declares this rank out of data and waits until every rank has joined.
 
     Until then, this rank contributes zeros to the other ranks' allreduces. Returns the

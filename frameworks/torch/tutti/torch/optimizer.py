@@ -8,11 +8,12 @@ and then runs the wrapped optimizer's step.
 
 import warnings
 from contextlib import contextmanager
+from typing import Iterable, List, Optional, Tuple, Union
 
 import torch
 
 from tutti.torch import mpi_ops
-from tutti.torch.basics import global_process_set
+from tutti.torch.basics import ProcessSet, global_process_set
 from tutti.torch.compression import Compression
 from tutti.torch.mpi_ops import Average, synchronize
 
@@ -248,10 +249,14 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         return super(self.__class__, self).zero_grad(*args, **kwargs)
 
 
-def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,
-                         backward_passes_per_step=1, op=Average, gradient_predivide_factor=1.0,
-                         num_groups=0, groups=None, sparse_as_dense=False,
-                         process_set=global_process_set):
+def DistributedOptimizer(optimizer: torch.optim.Optimizer,
+                         named_parameters: Optional[Iterable[Tuple[str, torch.Tensor]]] = None,
+                         compression: type = Compression.none,
+                         backward_passes_per_step: int = 1, op: int = Average,
+                         gradient_predivide_factor: float = 1.0, num_groups: int = 0,
+                         groups: Union[int, List[List[torch.Tensor]], None] = None,
+                         sparse_as_dense: bool = False,
+                         process_set: ProcessSet = global_process_set) -> torch.optim.Optimizer:
     """Wraps a torch optimizer so that step() uses gradients reduced over all ranks.
 
     named_parameters: model.named_parameters(), to name each allreduce ("allreduce.<name>").
