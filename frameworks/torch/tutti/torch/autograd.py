@@ -78,6 +78,7 @@ class TuttiGroupedAllreduce(torch.autograd.Function):
         return (None, None, None, None, None) + tuple(grads)
 
 
+@compiled.eager
 def grouped_allreduce(tensors: Sequence[torch.Tensor], average: Optional[bool] = None,
                       name: Optional[str] = None, compression: type = Compression.none,
                       op: Optional[int] = None, prescale_factor: float = 1.0,
@@ -121,6 +122,7 @@ class TuttiAllgather(torch.autograd.Function):
         return grad, None, None
 
 
+@compiled.eager
 def allgather(tensor: torch.Tensor, name: Optional[str] = None,
               process_set: ProcessSet = global_process_set) -> torch.Tensor:
     """Concatenates `tensor` from every rank of the set along dimension 0 (the first
@@ -148,6 +150,7 @@ class TuttiGroupedAllgather(torch.autograd.Function):
             for i, (g, rows) in enumerate(zip(grads, ctx.rows)))
 
 
+@compiled.eager
 def grouped_allgather(tensors: Sequence[torch.Tensor], name: Optional[str] = None,
                       process_set: ProcessSet = global_process_set) -> List[torch.Tensor]:
     """Allgathers each tensor of a list (see allgather); returns a list. Differentiable."""
@@ -197,6 +200,7 @@ class TuttiAlltoall(torch.autograd.Function):
         return grad, None, None, None
 
 
+@compiled.eager
 def alltoall(tensor: torch.Tensor, splits: Union[Sequence[int], torch.Tensor, None] = None,
              name: Optional[str] = None, process_set: ProcessSet = global_process_set) -> Any:
     """Sends splits[i] rows of `tensor` to rank i of the set (equal splits if None).
@@ -233,6 +237,7 @@ class TuttiReducescatter(torch.autograd.Function):
         return grad, None, None, None, None, None
 
 
+@compiled.eager
 def reducescatter(tensor: torch.Tensor, name: Optional[str] = None,
                   compression: type = Compression.none, op: int = Average,
                   process_set: ProcessSet = global_process_set, prescale_factor: float = 1.0,
@@ -265,6 +270,7 @@ class TuttiGroupedReducescatter(torch.autograd.Function):
         return (None, None, None, None, None) + tuple(grads)
 
 
+@compiled.eager
 def grouped_reducescatter(tensors: Sequence[torch.Tensor], name: Optional[str] = None,
                           compression: type = Compression.none, op: int = Average,
                           process_set: ProcessSet = global_process_set,

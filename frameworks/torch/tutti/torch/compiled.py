@@ -17,6 +17,14 @@ from tutti.torch.basics import _registered, global_process_set, rank
 AVAILABLE = hasattr(torch.library, "custom_op")
 
 
+def eager(function):
+    """Marks a collective that torch.compile must not trace into: the graph breaks there
+    and the collective runs eagerly (instead of a warning about the extension's functions)."""
+    compiler = getattr(torch, "compiler", None)
+    disable = getattr(compiler, "disable", None)
+    return disable(function) if disable is not None else function
+
+
 def compiling():
     """True while torch.compile (dynamo) traces the calling code."""
     compiler = getattr(torch, "compiler", None)
