@@ -150,3 +150,12 @@ def test_init_comm_list_and_mpi4py(rank, size):
             hvd.init(comm=half)
         half.Free()
     assert hvd.allreduce(torch.ones(1), op=hvd.Sum).item() == size
+
+
+def test_errors_are_horovod_internal_errors(rank, size):
+    for cls in (hvd.TuttiError, hvd.TuttiValueError, hvd.DuplicateNameError,
+                hvd.TuttiTimeoutError):
+        assert issubclass(cls, hvd.HorovodInternalError) and issubclass(cls, RuntimeError)
+    if size > 1:
+        with pytest.raises(hvd.HorovodInternalError, match="compat.err"):
+            hvd.allreduce(torch.ones(2 + rank), name="compat.err")

@@ -53,12 +53,47 @@ def _runpath_and_needed(path):
     return dirs, needed
 
 
+# A gloo function every gloo build exports; where the process resolves it tells whose gloo
+# wins the global symbol lookup.
+_GLOO_PROBE = "_ZN4gloo7Context19createUnboundBufferEPvm"
+
+
+class _DlInfo(ctypes.Structure):
+    _fields_ = [("dli_fname", ctypes.c_char_p), ("dli_fbase", ctypes.c_void_p),
+                ("dli_sname", ctypes.c_char_p), ("dli_saddr", ctypes.c_void_p)]
+
+
+def _torch_brings_gloo():
+    """True when torch's libtorch_cpu resolves gloo symbols to a library that is not a
+    libgloo (torch wheels build gloo into libtorch_cpu); False for Debian's torch, which
+    links the system libgloo like libtutti does."""
+    import torch
+    library = os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so")
+    if not os.path.exists(library):
+        return False  # a distribution's torch, with its libraries elsewhere
+    try:
+        torch_cpu = ctypes.CDLL(library)  # already loaded: the same handle
+        address = ctypes.cast(getattr(torch_cpu, _GLOO_PROBE), ctypes.c_void_p).value
+        info = _DlInfo()
+        if not ctypes.CDLL(None).dladdr(ctypes.c_void_p(address), ctypes.byref(info)):
+            return False
+    except (AttributeError, OSError):
+        return False  # no gloo in this torch, or no dladdr: nothing to protect against
+    return b"libgloo" not in os.path.basename(info.dli_fname or b"")
+
+
 def preload_tutti(extension_path):
-    """Opens the libtutti the extension at `extension_path` links, with RTLD_DEEPBIND.
-    Does nothing where that flag does not exist (not glibc) or libtutti is not found there
-    (the dynamic loader then finds it as usual)."""
+    """Opens the libtutti the extension at `extension_path` links, with RTLD_DEEPBIND, when
+    torch brings its own gloo. Does nothing otherwise, where that flag does not exist (not
+    glibc), or when libtutti is not found there (the dynamic loader then finds it as usual).
+
+    RTLD_DEEPBIND also binds libtutti's `environ` to libc's own copy, which an interpreter
+    executable with a copy relocation of `environ` leaves empty (Debian's /usr/bin/python3):
+    there Tutti would not see its TUTTI_* variables. Hence the preload only where needed
+    (PyTorch wheels, normally installed in a virtual environment of a python.org or pyenv
+    interpreter, which links libpython dynamically and has no such copy)."""
     deepbind = getattr(os, "RTLD_DEEPBIND", 0)
-    if not deepbind:
+    if not deepbind or not _torch_brings_gloo():
         return
     try:
         dirs, needed = _runpath_and_needed(extension_path)
