@@ -112,12 +112,17 @@ TEST_CASE("allgather, alltoall and reducescatter carry what every rank needs") {
   CHECK(r.splits == std::vector<int64_t>{1, 2, 0, 1});
 }
 
-TEST_CASE("join: joined ranks count as submitted for allreduce, other ops fail, last rank reported") {
-  Coordinator c(3);
-  auto now = Clock::now();
+static Request joinRequest() {
   Request join;
   join.op = OpType::kJoin;
   join.name = "join.0";
+  return join;
+}
+
+TEST_CASE("join: joined ranks count as submitted for allreduce, other ops fail, last rank reported") {
+  Coordinator c(3);
+  auto now = Clock::now();
+  const Request join = joinRequest();
   c.addRequests(1, {req("a")}, now);
   c.addRequests(2, {join}, now);
   CHECK(c.takeReady().empty());
@@ -149,9 +154,7 @@ TEST_CASE("join at 3 ranks: an op other than allreduce fails even when its names
   // ranks' counters (and names) differ now: each must still get its error, not wait.
   Coordinator c(3);
   auto now = Clock::now();
-  Request join;
-  join.op = OpType::kJoin;
-  join.name = "join.0";
+  const Request join = joinRequest();
   c.addRequests(1, {join}, now);
   c.addRequests(0, {req("allgather.noname.3", OpType::kAllgather, {1})}, now);
   c.addRequests(2, {req("allgather.noname.4", OpType::kAllgather, {1})}, now);
