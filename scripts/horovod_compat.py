@@ -65,11 +65,26 @@ def temppath():
             os.remove(path)
 '''
 
-# Each rank records every test's outcome in results.<rank>.json.
+# Each rank records every test's outcome in results.<rank>.json. After every test Tutti is
+# shut down (as Horovod's own tearDown does when HOROVOD_RANK is set; every test calls
+# hvd.init() first): a rank whose test failed early thus makes the others' pending ops fail
+# at once ("rank N called shutdown") instead of at the deadline, and the next test starts
+# with fresh state (no op left queued, unnamed-op counters from 0) on every rank.
 CONFTEST = '''import json
 import os
 
+import pytest
+
+import horovod.torch as hvd
+
 _outcomes = {}
+
+
+@pytest.fixture(autouse=True)
+def _fresh_runtime_per_test():
+    yield
+    if hvd.is_initialized():
+        hvd.shutdown()
 
 
 def _rank():

@@ -80,6 +80,9 @@ global_process_set.process_set_id = 0
 
 _lock = threading.Lock()
 _registered = {}  # id -> ProcessSet, excluding the global one
+# (op, process set id) -> how many unnamed ops of that kind the Python layer has named;
+# starts again from 0 at shutdown, as the runtime's own counters do.
+_noname_counters = {}
 
 
 def _process_set_id(process_set):
@@ -164,6 +167,7 @@ def shutdown() -> None:
         for process_set in _registered.values():
             process_set._invalidate()
         _registered.clear()
+        _noname_counters.clear()
 
 
 def start_timeline(file_path: str, mark_cycles: bool = False) -> None:

@@ -13,7 +13,7 @@ from typing import Any, Callable, List, Optional, Sequence, Union
 import torch
 
 from tutti.torch import _C
-from tutti.torch.basics import ProcessSet, _process_set_id, global_process_set
+from tutti.torch.basics import ProcessSet, _noname_counters, _process_set_id, global_process_set
 
 # Reduction ops. Adasum exists for scripts that name it; Tutti does not implement it.
 Sum = _C.SUM
@@ -126,12 +126,9 @@ def _name(name):
     return "" if name is None else str(name)
 
 
-_noname_counters = {}
-
-
 def _auto_name(op, process_set_id):
     """A name for an unnamed op that builds a group: "<op>.noname.<n>", counted per op and
-    process set so that every rank of the set derives the same one."""
+    process set so that every rank of the set derives the same one (from 0 after init)."""
     count = _noname_counters.get((op, process_set_id), 0)
     _noname_counters[(op, process_set_id)] = count + 1
     if process_set_id:
