@@ -12,7 +12,8 @@ launcher and size asked for, with a wall-clock deadline; the per-rank outcomes a
     scripts/horovod_compat.py --build build --python /opt/devvenv/bin/python
     scripts/horovod_compat.py --launchers tuttirun --sizes 3 -k allgather
 
-Exit status: 0 when no test failed anywhere, 1 otherwise, 2 on a deadline.
+Exit status: 0 when no test failed anywhere, 1 otherwise, 2 on a deadline. The launcher's
+own exit status is shown but not judged: a rank exits 0 once its outcomes are saved.
 """
 import argparse
 import json
@@ -94,6 +95,13 @@ def _rank():
     return "0"
 
 
+def _save():
+    path = os.path.join(os.path.dirname(__file__), "results.%s.json" % _rank())
+    with open(path + ".tmp", "w") as out:
+        json.dump(_outcomes, out)
+    os.replace(path + ".tmp", path)
+
+
 def pytest_runtest_logreport(report):
     name = report.nodeid.split("::")[-1]
     if report.when == "call" or report.outcome != "passed":
@@ -102,12 +110,23 @@ def pytest_runtest_logreport(report):
             _outcomes[name] = report.outcome
         if report.outcome == "failed":
             _outcomes[name + "#message"] = str(report.longrepr).splitlines()[-1:]
+        elif report.outcome == "skipped" and isinstance(report.longrepr, tuple):
+            _outcomes[name + "#message"] = [str(report.longrepr[2])]
+    if report.when == "teardown":
+        _save()  # as we go: a rank stopped by its launcher keeps what it ran
 
 
 def pytest_sessionfinish(session, exitstatus):
-    path = os.path.join(os.path.dirname(__file__), "results.%s.json" % _rank())
-    with open(path, "w") as out:
-        json.dump(_outcomes, out)
+    _save()
+    # Wait for the other ranks (a launcher stops every rank when one exits non-zero), and
+    # exit 0: the outcomes are in the results files.
+    try:
+        hvd.init()
+        hvd.barrier()
+        hvd.shutdown()
+    except Exception:  # noqa: BLE001  (a rank that cannot sync still exits)
+        pass
+    session.exitstatus = 0
 '''
 
 
@@ -149,6 +168,7 @@ def run_once(launcher, np, args, pytest_args):
         env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
         argv = launch_argv(launcher, np, os.path.abspath(args.build), args.python,
                            pytest_args)
+        os.makedirs(args.log_dir, exist_ok=True)
         log_path = os.path.join(args.log_dir, "horovod_compat.%s.%d.log" % (launcher, np))
         start = time.monotonic()
         with open(log_path, "wb") as log:
@@ -181,7 +201,9 @@ def merge(per_rank):
                             if r and r.get(name + "#message")), ["(missing on a rank)"])
             merged[name] = ("failed", message[0] if message else "")
         elif all(o == "skipped" for o in outcomes):
-            merged[name] = ("skipped", "")
+            message = next((r.get(name + "#message") for r in per_rank
+                            if r.get(name + "#message")), [""])
+            merged[name] = ("skipped", message[0] if message else "")
         else:
             merged[name] = ("passed", "")
     return merged
@@ -203,6 +225,8 @@ def main():
                         help="TUTTI_TIMEOUT_SECONDS for the ranks")
     parser.add_argument("--log-dir", default=tempfile.gettempdir())
     parser.add_argument("-k", dest="keyword", help="pytest -k expression (a subset)")
+    parser.add_argument("--show-skipped", action="store_true",
+                        help="also list the skipped tests with their reasons")
     args = parser.parse_args()
     pytest_args = ["-k", args.keyword] if args.keyword else []
 
@@ -218,11 +242,12 @@ def main():
                 launcher, np, counts["passed"], counts["skipped"], counts["failed"], note,
                 elapsed, log_path), flush=True)
             for name, (outcome, message) in sorted(merged.items()):
-                if outcome == "failed":
-                    print("    FAILED %s: %s" % (name, message[:200]), flush=True)
+                if outcome == "failed" or (outcome == "skipped" and args.show_skipped):
+                    print("    %s %s: %s" % (outcome.upper(), name, message[:200]),
+                          flush=True)
             if rc is None:
                 status = 2
-            elif counts["failed"] or rc != 0:
+            elif counts["failed"]:
                 status = max(status, 1)
     return status
 
