@@ -101,8 +101,8 @@ void Executor::allreduce(const Response& r, ProcessSet& set, Backend& b,
   const DataType dtype = r.dtype;
   const int64_t esize = dataTypeBytes(dtype);
   const ReduceOp op = r.reduce_op == ReduceOp::kAverage ? ReduceOp::kSum : r.reduce_op;
-  // Average: the sum times postscale, divided by the set size (a division, not a
-  // multiplication by 1/size, so that it is correctly rounded).
+  // Average: the sum divided by the set size (a division, not a multiplication by 1/size,
+  // so that it is correctly rounded), then times postscale.
   const double post = r.postscale;
   const int64_t divisor = r.reduce_op == ReduceOp::kAverage ? set.size() : 1;
   const bool on_host = r.device == DeviceType::kCpu;
@@ -119,8 +119,8 @@ void Executor::allreduce(const Response& r, ProcessSet& set, Backend& b,
       in = e.output;
     }
     b.allreduce(in, e.output, r.counts[0], dtype, op, deadline);
-    if (post != 1.0) scaleInto(e.output, e.output, r.counts[0], dtype, post);
     divideInto(e.output, r.counts[0], dtype, divisor);
+    if (post != 1.0) scaleInto(e.output, e.output, r.counts[0], dtype, post);
     finish(e);
     return;
   }
@@ -142,8 +142,8 @@ void Executor::allreduce(const Response& r, ProcessSet& set, Backend& b,
   offset = 0;
   for (size_t i = 0; i < entries.size(); ++i) {
     if (entries[i]) {
+      divideInto(buf + offset * esize, r.counts[i], dtype, divisor);
       scaleInto(buf + offset * esize, entries[i]->output, r.counts[i], dtype, post);
-      divideInto(entries[i]->output, r.counts[i], dtype, divisor);
       finish(*entries[i]);
     }
     offset += r.counts[i];
@@ -200,8 +200,8 @@ void Executor::reducescatter(const Response& r, ProcessSet& set, Backend& b, Ten
   }
   const ReduceOp op = r.reduce_op == ReduceOp::kAverage ? ReduceOp::kSum : r.reduce_op;
   b.reducescatter(in, out, counts, r.dtype, op, deadlineAfter(config_.timeout_seconds));
-  if (r.postscale != 1.0) scaleInto(out, out, counts[set.rank], r.dtype, r.postscale);
   if (r.reduce_op == ReduceOp::kAverage) divideInto(out, counts[set.rank], r.dtype, n);
+  if (r.postscale != 1.0) scaleInto(out, out, counts[set.rank], r.dtype, r.postscale);
 }
 
 }  // namespace tutti

@@ -96,7 +96,7 @@ using OutputAllocator = std::function<void*(const std::vector<int64_t>& shape)>;
 struct OpOptions {
   ReduceOp op = ReduceOp::kSum;  // allreduce, reducescatter
   double prescale = 1.0;         // applied to the input before reducing
-  double postscale = 1.0;        // applied to the result (before the division of kAverage)
+  double postscale = 1.0;        // applied to the result (after the 1/size of kAverage)
   int root = 0;                  // broadcast: rank within the process set
   int process_set = TUTTI_GLOBAL_PROCESS_SET;
   std::vector<int64_t> splits;   // alltoall: rows to each rank of the set; empty = equal
