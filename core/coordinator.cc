@@ -131,10 +131,18 @@ void Coordinator::checkReady(const std::string& name) {
   auto it = table_.find(name);
   if (it == table_.end()) return;
   const Pending& p = it->second;
-  for (int r = 0; r < size_; ++r)
-    if (!p.have[r] && !joined_[r]) return;
   int first = 0;
   while (first < size_ && !p.have[first]) ++first;
+  if (first == size_) return;
+  // Only allreduce and barrier continue while a rank has joined: any other op fails at once
+  // for each rank that submits it (the ranks that have not submitted it yet may use another
+  // name, e.g. an unnamed op's counter that the joined rank never advanced), never waits.
+  const OpType op = p.by_rank[first].op;
+  const bool fails_on_join = op != OpType::kAllreduce && op != OpType::kBarrier;
+  if (!(fails_on_join && joined_count_ > 0)) {
+    for (int r = 0; r < size_; ++r)
+      if (!p.have[r] && !joined_[r]) return;
+  }
   Request sample = p.by_rank[first];
   Response response = build(name, p);
   table_.erase(it);
@@ -191,6 +199,11 @@ Response Coordinator::build(const std::string& name, const Pending& p) const {
   std::vector<int> joined;
   for (int rank = 0; rank < size_; ++rank)
     if (joined_[rank] && !p.have[rank]) joined.push_back(rank);
+  if (joined.empty() && joined_count_ > 0 && a.op != OpType::kAllreduce &&
+      a.op != OpType::kBarrier) {
+    for (int rank = 0; rank < size_; ++rank)
+      if (joined_[rank]) joined.push_back(rank);
+  }
   if (!joined.empty() && a.op != OpType::kAllreduce && a.op != OpType::kBarrier)
     return fail(StatusCode::kJoined,
                 describe(a) + ": not allowed while rank(s) " + joinInts(joined) +

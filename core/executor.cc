@@ -101,9 +101,12 @@ void Executor::allreduce(const Response& r, ProcessSet& set, Backend& b,
   const DataType dtype = r.dtype;
   const int64_t esize = dataTypeBytes(dtype);
   const ReduceOp op = r.reduce_op == ReduceOp::kAverage ? ReduceOp::kSum : r.reduce_op;
-  const double post = r.postscale * (r.reduce_op == ReduceOp::kAverage ? 1.0 / set.size() : 1.0);
+  // Average: the sum divided by the set size (a division, not a multiplication by 1/size,
+  // so that it is correctly rounded), then times postscale.
+  const double post = r.postscale;
+  const int64_t divisor = r.reduce_op == ReduceOp::kAverage ? set.size() : 1;
   const bool on_host = r.device == DeviceType::kCpu;
-  if (!on_host && (r.prescale != 1.0 || post != 1.0))
+  if (!on_host && (r.prescale != 1.0 || post != 1.0 || divisor != 1))
     throwError(StatusCode::kUnsupported,
                "allreduce '" + r.names[0] + "': average and scale factors on CUDA tensors are not supported yet");
   Deadline deadline = deadlineAfter(config_.timeout_seconds);
@@ -116,6 +119,7 @@ void Executor::allreduce(const Response& r, ProcessSet& set, Backend& b,
       in = e.output;
     }
     b.allreduce(in, e.output, r.counts[0], dtype, op, deadline);
+    divideInto(e.output, r.counts[0], dtype, divisor);
     if (post != 1.0) scaleInto(e.output, e.output, r.counts[0], dtype, post);
     finish(e);
     return;
@@ -138,6 +142,7 @@ void Executor::allreduce(const Response& r, ProcessSet& set, Backend& b,
   offset = 0;
   for (size_t i = 0; i < entries.size(); ++i) {
     if (entries[i]) {
+      divideInto(buf + offset * esize, r.counts[i], dtype, divisor);
       scaleInto(buf + offset * esize, entries[i]->output, r.counts[i], dtype, post);
       finish(*entries[i]);
     }
@@ -195,8 +200,8 @@ void Executor::reducescatter(const Response& r, ProcessSet& set, Backend& b, Ten
   }
   const ReduceOp op = r.reduce_op == ReduceOp::kAverage ? ReduceOp::kSum : r.reduce_op;
   b.reducescatter(in, out, counts, r.dtype, op, deadlineAfter(config_.timeout_seconds));
-  const double post = r.postscale * (r.reduce_op == ReduceOp::kAverage ? 1.0 / n : 1.0);
-  if (post != 1.0) scaleInto(out, out, counts[set.rank], r.dtype, post);
+  if (r.reduce_op == ReduceOp::kAverage) divideInto(out, counts[set.rank], r.dtype, n);
+  if (r.postscale != 1.0) scaleInto(out, out, counts[set.rank], r.dtype, r.postscale);
 }
 
 }  // namespace tutti

@@ -129,9 +129,12 @@ void reduce16(uint16_t* acc, const uint16_t* in, int64_t n, ReduceOp op) {
   }
 }
 
+// In T's own arithmetic (the factor rounded to T first), as Horovod does: results are
+// bit-identical to `tensor * torch.tensor(factor, dtype=tensor.dtype)`.
 template <typename T>
 void scaleFloat(const T* in, T* out, int64_t n, double factor) {
-  for (int64_t i = 0; i < n; ++i) out[i] = static_cast<T>(in[i] * factor);
+  const T f = static_cast<T>(factor);
+  for (int64_t i = 0; i < n; ++i) out[i] = in[i] * f;
 }
 
 template <typename T>
@@ -145,7 +148,38 @@ void scale16(const uint16_t* in, uint16_t* out, int64_t n, double factor) {
   for (int64_t i = 0; i < n; ++i) out[i] = FromFloat(ToFloat(in[i]) * f);
 }
 
+template <typename T>
+void divideTyped(T* data, int64_t n, int64_t divisor) {
+  const T d = static_cast<T>(divisor);
+  for (int64_t i = 0; i < n; ++i) data[i] = static_cast<T>(data[i] / d);
+}
+
+template <float (*ToFloat)(uint16_t), uint16_t (*FromFloat)(float)>
+void divide16(uint16_t* data, int64_t n, int64_t divisor) {
+  const float d = static_cast<float>(divisor);
+  for (int64_t i = 0; i < n; ++i) data[i] = FromFloat(ToFloat(data[i]) / d);
+}
+
 }  // namespace
+
+void divideInto(void* data, int64_t n, DataType dtype, int64_t divisor) {
+  if (divisor == 1) return;
+  switch (dtype) {
+    case DataType::kUInt8: return divideTyped(static_cast<uint8_t*>(data), n, divisor);
+    case DataType::kInt8: return divideTyped(static_cast<int8_t*>(data), n, divisor);
+    case DataType::kUInt16: return divideTyped(static_cast<uint16_t*>(data), n, divisor);
+    case DataType::kInt16: return divideTyped(static_cast<int16_t*>(data), n, divisor);
+    case DataType::kInt32: return divideTyped(static_cast<int32_t*>(data), n, divisor);
+    case DataType::kInt64: return divideTyped(static_cast<int64_t*>(data), n, divisor);
+    case DataType::kFloat32: return divideTyped(static_cast<float*>(data), n, divisor);
+    case DataType::kFloat64: return divideTyped(static_cast<double*>(data), n, divisor);
+    case DataType::kFloat16:
+      return divide16<halfToFloat, floatToHalf>(static_cast<uint16_t*>(data), n, divisor);
+    case DataType::kBFloat16:
+      return divide16<bfloat16ToFloat, floatToBfloat16>(static_cast<uint16_t*>(data), n, divisor);
+    case DataType::kBool: return;
+  }
+}
 
 void reduceInto(void* acc, const void* in, int64_t n, DataType dtype, ReduceOp op) {
   switch (dtype) {

@@ -18,9 +18,14 @@ uint16_t floatToBfloat16(float f);
 // average into sum + scale). bool: sum/max = logical or, min/product = logical and.
 void reduceInto(void* acc, const void* in, int64_t count, DataType dtype, ReduceOp op);
 
-// out[i] = in[i] * factor (in may equal out). Integers are scaled in double and truncated
-// toward zero; bool is left unchanged. factor == 1 with in == out is a no-op.
+// out[i] = in[i] * factor (in may equal out). float32/float64 multiply by the factor
+// rounded to their own type, 16-bit floats compute in float32, integers are scaled in
+// double and truncated toward zero (Horovod's CPU rules); bool is left unchanged. factor == 1 with in == out is a no-op.
 void scaleInto(const void* in, void* out, int64_t count, DataType dtype, double factor);
+
+// data[i] = data[i] / divisor, the division of an average: correctly rounded for floats
+// (16-bit ones in float32), truncated toward zero for integers; bool is left unchanged.
+void divideInto(void* data, int64_t count, DataType dtype, int64_t divisor);
 
 // Element i of a host buffer as a double (16-bit floats converted, bool as 0/1), and the
 // reverse (integers go through int64 and wrap, like the reduction kernels). For checks

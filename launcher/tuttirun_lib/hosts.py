@@ -83,11 +83,13 @@ class Slot:
         self.local_size = self.cross_rank = self.cross_size = 0
 
     def env(self, size):
-        return {
-            "TUTTI_RANK": str(self.rank), "TUTTI_SIZE": str(size),
-            "TUTTI_LOCAL_RANK": str(self.local_rank), "TUTTI_LOCAL_SIZE": str(self.local_size),
-            "TUTTI_CROSS_RANK": str(self.cross_rank), "TUTTI_CROSS_SIZE": str(self.cross_size),
-        }
+        """TUTTI_{RANK,SIZE,...} for this process, and the HOROVOD_* twins that scripts
+        written for horovodrun read."""
+        values = {"RANK": self.rank, "SIZE": size, "LOCAL_RANK": self.local_rank,
+                  "LOCAL_SIZE": self.local_size, "CROSS_RANK": self.cross_rank,
+                  "CROSS_SIZE": self.cross_size}
+        return {prefix + key: str(value) for key, value in values.items()
+                for prefix in ("TUTTI_", "HOROVOD_")}
 
 
 def place(hosts, np):

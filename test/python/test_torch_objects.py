@@ -17,7 +17,9 @@ def test_topology(rank, size):
     if size > 1:
         assert hvd.mpi_enabled() != hvd.gloo_enabled()
     assert hvd.rocm_built() is False
-    assert isinstance(hvd.nccl_built(), bool)
+    # Horovod's convention: the NCCL version number, 0 without NCCL.
+    assert isinstance(hvd.nccl_built(), int) and not isinstance(hvd.nccl_built(), bool)
+    assert (hvd.nccl_built() > 0) == hvd.cuda_built()
     ranks = hvd.allgather_object(rank, name="obj.ranks")
     assert ranks == list(range(size))
 

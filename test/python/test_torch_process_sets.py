@@ -49,8 +49,9 @@ def test_other_ops_in_set(sets, rank, size):
     ps = my_set(sets, rank)
     gathered = hvd.allgather(torch.tensor([rank]), name="ps.ag", process_set=ps)
     assert gathered.tolist() == ps.ranks
+    # root_rank is a GLOBAL rank, as in Horovod (not a position in the set).
     root_global = ps.ranks[-1]
-    out = hvd.broadcast(torch.tensor([float(rank)]), root_rank=len(ps.ranks) - 1,
+    out = hvd.broadcast(torch.tensor([float(rank)]), root_rank=root_global,
                         name="ps.bc", process_set=ps)
     assert out.item() == float(root_global)
     n = len(ps.ranks)
@@ -60,8 +61,18 @@ def test_other_ops_in_set(sets, rank, size):
     received = hvd.alltoall(torch.full((n,), rank), name="ps.a2a", process_set=ps)
     assert received.tolist() == ps.ranks
     hvd.barrier(process_set=ps)
-    assert hvd.broadcast_object({"from": rank}, root_rank=0, name="ps.obj",
+    assert hvd.broadcast_object({"from": rank}, root_rank=ps.ranks[0], name="ps.obj",
                                 process_set=ps) == {"from": ps.ranks[0]}
+
+
+def test_broadcast_root_outside_set_is_rejected(sets, rank, size):
+    ps = my_set(sets, rank)
+    outside = [r for r in range(size) if r not in ps.ranks]
+    if not outside:
+        pytest.skip("every rank is in this set")
+    with pytest.raises(ValueError, match="root_rank %d is not in the process set"
+                       % outside[0]):
+        hvd.broadcast(torch.ones(1), root_rank=outside[0], name="ps.bc.out", process_set=ps)
 
 
 def test_non_member_is_rejected(sets, rank, size):

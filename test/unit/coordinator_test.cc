@@ -112,24 +112,33 @@ TEST_CASE("allgather, alltoall and reducescatter carry what every rank needs") {
   CHECK(r.splits == std::vector<int64_t>{1, 2, 0, 1});
 }
 
-TEST_CASE("join: joined ranks count as submitted for allreduce, other ops fail, last rank reported") {
-  Coordinator c(3);
-  auto now = Clock::now();
+static Request joinRequest() {
   Request join;
   join.op = OpType::kJoin;
   join.name = "join.0";
+  return join;
+}
+
+TEST_CASE("join: joined ranks count as submitted for allreduce, other ops fail, last rank reported") {
+  Coordinator c(3);
+  auto now = Clock::now();
+  const Request join = joinRequest();
   c.addRequests(1, {req("a")}, now);
   c.addRequests(2, {join}, now);
   CHECK(c.takeReady().empty());
   c.addRequests(0, {req("a"), req("g", OpType::kAllgather, {1})}, now);
-  c.addRequests(1, {req("g", OpType::kAllgather, {1})}, now);
   auto ready = c.takeReady();
   REQUIRE(ready.size() == 2);
   CHECK(ready[0].type == ResponseType::kOp);
   CHECK(ready[0].counts == std::vector<int64_t>{32});
+  // The allgather fails for rank 0 at once, without waiting for rank 1's.
   CHECK(ready[1].type == ResponseType::kError);
   CHECK(ready[1].error_code == StatusCode::kJoined);
   CHECK(ready[1].error_message.find("rank(s) 2 have joined") != std::string::npos);
+  c.addRequests(1, {req("g", OpType::kAllgather, {1})}, now);
+  ready = c.takeReady();
+  REQUIRE(ready.size() == 1);
+  CHECK(ready[0].error_code == StatusCode::kJoined);
   c.addRequests(0, {join}, now);
   CHECK(c.takeReady().empty());
   c.addRequests(1, {join}, now);
@@ -137,6 +146,31 @@ TEST_CASE("join: joined ranks count as submitted for allreduce, other ops fail, 
   REQUIRE(ready.size() == 1);
   CHECK(ready[0].op == OpType::kJoin);
   CHECK(ready[0].value == 1);
+  CHECK_FALSE(c.hasPending());
+}
+
+TEST_CASE("join at 3 ranks: an op other than allreduce fails even when its names differ") {
+  // The joined rank skipped an unnamed allgather in an earlier round, so the other two
+  // ranks' counters (and names) differ now: each must still get its error, not wait.
+  Coordinator c(3);
+  auto now = Clock::now();
+  const Request join = joinRequest();
+  c.addRequests(1, {join}, now);
+  c.addRequests(0, {req("allgather.noname.3", OpType::kAllgather, {1})}, now);
+  c.addRequests(2, {req("allgather.noname.4", OpType::kAllgather, {1})}, now);
+  auto ready = c.takeReady();
+  REQUIRE(ready.size() == 2);
+  for (const auto& r : ready) {
+    CHECK(r.type == ResponseType::kError);
+    CHECK(r.error_code == StatusCode::kJoined);
+    CHECK(r.error_message.find("rank(s) 1 have joined") != std::string::npos);
+  }
+  c.addRequests(0, {join}, now);
+  c.addRequests(2, {join}, now);
+  ready = c.takeReady();
+  REQUIRE(ready.size() == 1);
+  CHECK(ready[0].op == OpType::kJoin);
+  CHECK(ready[0].value == 2);
   CHECK_FALSE(c.hasPending());
 }
 

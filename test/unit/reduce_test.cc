@@ -58,3 +58,23 @@ TEST_CASE("integer sums and products that overflow wrap around, never undefined"
   reduceInto(&acc16, &in16, 1, DataType::kUInt16, ReduceOp::kProduct);
   CHECK(acc16 == 1);
 }
+
+TEST_CASE("scaling uses the factor in the tensor's own type; average divides exactly") {
+  // float32: x * float(f), bit-identical to torch's tensor * tensor(f, dtype=float32).
+  const double f = 0.3183098861837907;
+  std::vector<float> x = {71.0f, -94.0f, 65.0f};
+  std::vector<float> out(3);
+  scaleInto(x.data(), out.data(), 3, DataType::kFloat32, f);
+  for (int i = 0; i < 3; ++i) CHECK(out[i] == x[i] * static_cast<float>(f));
+  // Average: a correctly rounded division (142 * float(1/3) != 142 / 3 in float).
+  std::vector<float> sum = {142.0f, 130.0f};
+  divideInto(sum.data(), 2, DataType::kFloat32, 3);
+  CHECK(sum[0] == 142.0f / 3.0f);
+  CHECK(sum[1] == 130.0f / 3.0f);
+  std::vector<int32_t> ints = {-7, 7, 6};
+  divideInto(ints.data(), 3, DataType::kInt32, 2);
+  CHECK(ints == std::vector<int32_t>{-3, 3, 3});
+  std::vector<uint16_t> half = {floatToHalf(3.0f)};
+  divideInto(half.data(), 1, DataType::kFloat16, 3);
+  CHECK(halfToFloat(half[0]) == halfToFloat(floatToHalf(1.0f)));
+}

@@ -10,24 +10,47 @@ See docs/pytorch.md.
 
 import torch  # noqa: F401  (loads libtorch before the extension)
 
+from tutti import __version__
 from tutti.torch.basics import (
     DuplicateNameError, HorovodInternalError, ProcessSet, TuttiError, TuttiTimeoutError,
     TuttiValueError, add_process_set, ccl_built, cpu_backend, cross_rank, cross_size,
     cuda_built, ddl_built, global_process_set, gloo_built, gloo_enabled, init,
     is_homogeneous, is_initialized, local_rank, local_size, mpi_built, mpi_enabled,
     mpi_threads_supported, nccl_built, nccl_enabled, rank, remove_process_set, rocm_built,
-    shutdown, size)
+    shutdown, size, start_timeline, stop_timeline)
 from tutti.torch.compression import Compression
 from tutti.torch.mpi_ops import (
     Adasum, Average, Handle, Max, Min, Product, Sum, allgather_async, allreduce_,
     allreduce_async, allreduce_async_, alltoall_async, barrier, broadcast_, broadcast_async,
-    broadcast_async_, grouped_allreduce_, grouped_allreduce_async, grouped_allreduce_async_,
-    join, poll, reducescatter_async, synchronize)
+    broadcast_async_, grouped_allgather_async, grouped_allreduce_, grouped_allreduce_async,
+    grouped_allreduce_async_, grouped_reducescatter_async, join, poll, reducescatter_async,
+    sparse_allreduce_async, synchronize)
 from tutti.torch.autograd import (
-    allgather, allreduce, alltoall, broadcast, grouped_allreduce, reducescatter)
+    allgather, allreduce, alltoall, broadcast, grouped_allgather, grouped_allreduce,
+    grouped_reducescatter, reducescatter)
 from tutti.torch.functions import (
     allgather_object, broadcast_object, broadcast_optimizer_state, broadcast_parameters)
 from tutti.torch.optimizer import DistributedOptimizer
+
+# horovod.torch names Tutti does not provide yet: using one raises NotImplementedError
+# that says what to do instead, never AttributeError.
+_NOT_BUILT = {
+    "elastic": "elastic training (hvd.elastic) is not implemented by Tutti; restart the job "
+               "from a checkpoint instead",
+    "SyncBatchNorm": "hvd.SyncBatchNorm is not implemented by Tutti; use "
+                     "torch.nn.BatchNorm* (per-rank statistics) or allreduce the statistics "
+                     "yourself with hvd.allreduce",
+    "DistributedAdasumOptimizer": "the Adasum reduction is not implemented by Tutti; use "
+                                  "hvd.DistributedOptimizer (op=hvd.Average)",
+    "mpi_lib": "tutti.torch has no mpi_lib extension; its native module is tutti.torch._C",
+}
+
+
+def __getattr__(name):
+    if name in _NOT_BUILT:
+        raise NotImplementedError("tutti.torch.%s: %s (docs/pytorch.md, \"Differences from "
+                                  "horovod.torch\")" % (name, _NOT_BUILT[name]))
+    raise AttributeError("module 'tutti.torch' has no attribute %r" % name)
 
 __all__ = [
     "Adasum", "add_process_set", "allgather", "allgather_async", "allgather_object",
@@ -36,11 +59,14 @@ __all__ = [
     "broadcast_async_", "broadcast_object", "broadcast_optimizer_state",
     "broadcast_parameters", "ccl_built", "Compression", "cpu_backend", "cross_rank",
     "cross_size", "cuda_built", "ddl_built", "DistributedOptimizer", "DuplicateNameError",
-    "global_process_set", "gloo_built", "gloo_enabled", "grouped_allreduce",
-    "grouped_allreduce_", "grouped_allreduce_async", "grouped_allreduce_async_", "Handle",
+    "global_process_set", "gloo_built", "gloo_enabled",
+    "grouped_allgather", "grouped_allgather_async", "grouped_allreduce",
+    "grouped_allreduce_", "grouped_allreduce_async", "grouped_allreduce_async_",
+    "grouped_reducescatter", "grouped_reducescatter_async", "Handle",
     "HorovodInternalError", "init", "is_homogeneous", "is_initialized", "join", "local_rank",
     "local_size", "Max", "Min", "mpi_built", "mpi_enabled", "mpi_threads_supported",
     "nccl_built", "nccl_enabled", "poll", "ProcessSet", "Product", "rank", "reducescatter",
-    "reducescatter_async", "remove_process_set", "rocm_built", "shutdown", "size", "Sum",
-    "synchronize", "TuttiError", "TuttiTimeoutError", "TuttiValueError",
+    "reducescatter_async", "remove_process_set", "rocm_built", "shutdown", "size",
+    "sparse_allreduce_async", "start_timeline", "stop_timeline", "Sum", "synchronize",
+    "TuttiError", "TuttiTimeoutError", "TuttiValueError", "__version__",
 ]

@@ -1,11 +1,16 @@
 """Lifecycle, topology, build flags and process sets (horovod.common.basics/process_sets)."""
 
 import atexit
+import importlib.util
 import threading
+from typing import Any, Sequence, Union
 
 import torch
 
-from tutti.torch import _C
+from tutti.torch._loader import preload_tutti
+
+preload_tutti(importlib.util.find_spec("tutti.torch._C").origin)
+from tutti.torch import _C  # noqa: E402  (after the preload)
 
 TuttiError = _C.TuttiError
 TuttiValueError = _C.TuttiValueError
@@ -14,7 +19,14 @@ TuttiTimeoutError = _C.TuttiTimeoutError
 # Scripts written for Horovod catch this name around collectives.
 HorovodInternalError = TuttiError
 
-_NOT_INITIALIZED = "Tutti has not been initialized; use hvd.init()."
+_NOT_INITIALIZED = "Tutti has not been initialized: call hvd.init() first"
+
+
+def _require_init(what):
+    if not _C.is_initialized():
+        raise ValueError("%s: %s" % (what, _NOT_INITIALIZED))
+
+
 _atexit_registered = False
 
 
@@ -72,15 +84,19 @@ global_process_set.process_set_id = 0
 
 _lock = threading.Lock()
 _registered = {}  # id -> ProcessSet, excluding the global one
+# (op, process set id) -> how many unnamed ops of that kind the Python layer has named;
+# starts again from 0 at shutdown, as the runtime's own counters do.
+_noname_counters = {}
 
 
 def _process_set_id(process_set):
+    _require_init("tutti.torch")
     if not isinstance(process_set, ProcessSet):
         raise ValueError("process_set must be a tutti.torch.ProcessSet, got %r" % (process_set,))
     return process_set._require_id()
 
 
-def add_process_set(process_set):
+def add_process_set(process_set: Union[ProcessSet, Sequence[int]]) -> ProcessSet:
     """Registers a process set; collective over ALL ranks, each passing the same ranks.
 
     Accepts a ProcessSet or a sequence of ranks; returns the registered ProcessSet.
@@ -96,7 +112,7 @@ def add_process_set(process_set):
     return process_set
 
 
-def remove_process_set(process_set):
+def remove_process_set(process_set: ProcessSet) -> bool:
     """Unregisters a process set (collective over all ranks). Returns True if removed."""
     if not isinstance(process_set, ProcessSet) or not process_set.process_set_id:
         return False
@@ -108,16 +124,32 @@ def remove_process_set(process_set):
     return True
 
 
-def init(comm=None, process_sets=None):
+def _comm_ranks(comm):
+    """The global ranks `comm` (a list of ranks or an mpi4py communicator) names, or None
+    for the whole job."""
+    if comm is None:
+        return None
+    if isinstance(comm, (list, tuple)):
+        return sorted(int(r) for r in comm)
+    if hasattr(comm, "Get_group") and hasattr(comm, "Get_size"):
+        from mpi4py import MPI  # only reached with an mpi4py communicator in hand
+        world = MPI.COMM_WORLD.Get_group()
+        ranks = MPI.Group.Translate_ranks(comm.Get_group(), list(range(comm.Get_size())),
+                                          world)
+        return sorted(ranks)
+    raise ValueError("tutti.torch.init(comm=%r): expected a list of ranks or an mpi4py "
+                     "communicator" % (comm,))
+
+
+def init(comm: Any = None, process_sets: Any = None) -> None:
     """Starts Tutti on this process; settings and topology come from the environment.
 
-    comm: must be None (or a list of all ranks); Tutti does not take MPI communicators.
+    comm: None, or a list of ranks / an mpi4py communicator spanning the whole job (Tutti
+    runs on all the processes of the job; use process sets for subsets).
     process_sets: ProcessSets to register right away (or "dynamic", accepted and ignored:
     sets can always be added later).
     """
-    if comm is not None and not isinstance(comm, (list, tuple)):
-        raise ValueError("tutti.torch.init(comm=...) does not accept MPI communicators; "
-                         "use process sets instead")
+    ranks = _comm_ranks(comm)
     _C.init()
     # Like Horovod: a script that ends without hvd.shutdown() (or raises) still shuts Tutti
     # down, while the interpreter and the tensors of ops in flight are alive; the peers
@@ -126,9 +158,12 @@ def init(comm=None, process_sets=None):
     if not _atexit_registered:
         atexit.register(shutdown)
         _atexit_registered = True
-    if comm is not None and sorted(comm) != list(range(_C.size())):
-        raise ValueError("tutti.torch.init(comm=%r): only the full world (ranks 0..%d) is "
-                         "supported; use process sets for subsets" % (comm, _C.size() - 1))
+    if ranks is not None and ranks != list(range(_C.size())):
+        raise NotImplementedError(
+            "tutti.torch.init(comm=...): the communicator holds ranks %s but the job has "
+            "ranks 0..%d; Tutti runs on the whole job: call hvd.init() and use "
+            "hvd.add_process_set(%s) for the subset (docs/pytorch.md)"
+            % (ranks, _C.size() - 1, ranks))
     global_process_set.ranks = list(range(_C.size()))
     if process_sets is not None and not isinstance(process_sets, str):
         for process_set in process_sets:
@@ -136,16 +171,33 @@ def init(comm=None, process_sets=None):
                 add_process_set(process_set)
 
 
-def shutdown():
+def shutdown() -> None:
     """Stops Tutti; registered process sets are forgotten (init() may be called again)."""
     _C.shutdown()
     with _lock:
         for process_set in _registered.values():
             process_set._invalidate()
         _registered.clear()
+        _noname_counters.clear()
 
 
-def is_initialized():
+def start_timeline(file_path: str, mark_cycles: bool = False) -> None:
+    """Not available: Tutti's timeline is chosen before init (horovod.torch can start one
+    at run time)."""
+    del file_path, mark_cycles
+    raise NotImplementedError(
+        "tutti.torch.start_timeline(): a timeline cannot be started at run time; set "
+        "TUTTI_TIMELINE=/path/trace.json before hvd.init() (docs/pytorch.md)")
+
+
+def stop_timeline() -> None:
+    """Not available (see start_timeline)."""
+    raise NotImplementedError(
+        "tutti.torch.stop_timeline(): the timeline set with TUTTI_TIMELINE runs until "
+        "hvd.shutdown() (docs/pytorch.md)")
+
+
+def is_initialized() -> bool:
     return bool(_C.is_initialized())
 
 
@@ -155,90 +207,99 @@ def _topology(value):
     return value
 
 
-def rank():
+def rank() -> int:
     """This process's global rank."""
     return _topology(_C.rank())
 
 
-def size():
+def size() -> int:
     """Number of processes in the job."""
     return _topology(_C.size())
 
 
-def local_rank():
+def local_rank() -> int:
     """Rank among the processes on this host."""
     return _topology(_C.local_rank())
 
 
-def local_size():
+def local_size() -> int:
     """Number of processes on this host."""
     return _topology(_C.local_size())
 
 
-def cross_rank():
+def cross_rank() -> int:
     """Index of this host among the hosts (rank among processes with this local rank)."""
     return _topology(_C.cross_rank())
 
 
-def cross_size():
+def cross_size() -> int:
     """Number of hosts (processes with this local rank)."""
     return _topology(_C.cross_size())
 
 
-def is_homogeneous():
+def is_homogeneous() -> bool:
     """True when every host runs the same number of processes."""
     return size() == local_size() * cross_size()
 
 
-def mpi_built():
+def mpi_built() -> bool:
     return bool(_C.backend_built("mpi"))
 
 
-def gloo_built():
+def gloo_built() -> bool:
     return bool(_C.backend_built("gloo"))
 
 
-def nccl_built():
+def nccl_built() -> int:
+    """The NCCL version as an int (e.g. 21805 for 2.18.5) when the NCCL backend is compiled
+    in, else 0 (as Horovod). The version is the one torch reports (Tutti's NCCL backend
+    requires the same major version)."""
+    if not _C.backend_built("nccl"):
+        return 0
+    version = torch.cuda.nccl.version() if torch.cuda.is_available() else (2, 0, 0)
+    if isinstance(version, int):
+        return version
+    major, minor, patch = (tuple(version) + (0, 0, 0))[:3]
+    return major * 10000 + minor * 100 + patch
+
+
+def cuda_built() -> bool:
+    """GPU support (the NCCL backend) was compiled in."""
     return bool(_C.backend_built("nccl"))
 
 
-def cuda_built():
-    """GPU support (the NCCL backend) was compiled in."""
-    return nccl_built()
-
-
-def rocm_built():
+def rocm_built() -> bool:
     return False
 
 
-def ddl_built():
+def ddl_built() -> bool:
     return False
 
 
-def ccl_built():
+def ccl_built() -> bool:
     return False
 
 
-def mpi_enabled():
+def mpi_enabled() -> bool:
     """The MPI backend carries this job's CPU collectives."""
     return bool(_C.is_initialized()) and _C.cpu_backend() == "mpi"
 
 
-def gloo_enabled():
+def gloo_enabled() -> bool:
     """The gloo backend carries this job's CPU collectives."""
     return bool(_C.is_initialized()) and _C.cpu_backend() == "gloo"
 
 
-def nccl_enabled():
+def nccl_enabled() -> bool:
     """GPU tensors go through NCCL: it is compiled in and torch sees a GPU."""
     return nccl_built() and torch.cuda.is_available()
 
 
-def mpi_threads_supported():
+def mpi_threads_supported() -> bool:
     """Whether MPI may be used by other threads; Tutti calls MPI from one thread only."""
     return mpi_enabled()
 
 
-def cpu_backend():
+def cpu_backend() -> str:
     """Name of the backend in use for CPU tensors ("mpi" or "gloo"), "" before init."""
     return _C.cpu_backend()

@@ -2,16 +2,18 @@
 
 import io
 import pickle
+from typing import Any, List, Optional
 
 import torch
 
 from tutti.torch import mpi_ops
-from tutti.torch.basics import global_process_set
+from tutti.torch.basics import ProcessSet, _process_set_id, global_process_set, rank
 from tutti.torch.mpi_ops import synchronize
 
 
-def broadcast_parameters(params, root_rank, process_set=global_process_set, *,
-                         prefix="Parameter."):
+def broadcast_parameters(params: Any, root_rank: int,
+                         process_set: ProcessSet = global_process_set, *,
+                         prefix: str = "Parameter.") -> None:
     """Broadcasts parameters (a state_dict, or a list of (name, tensor) pairs or tensors)
     in place from `root_rank`, e.g. broadcast_parameters(model.state_dict(), root_rank=0)."""
     if isinstance(params, dict):
@@ -32,8 +34,9 @@ def broadcast_parameters(params, root_rank, process_set=global_process_set, *,
         synchronize(handle)
 
 
-def broadcast_optimizer_state(optimizer, root_rank, process_set=global_process_set, *,
-                              prefix="Parameter."):
+def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int,
+                              process_set: ProcessSet = global_process_set, *,
+                              prefix: str = "Parameter.") -> None:
     """Broadcasts an optimizer's state (tensors in place) and its hyper-parameters (lr,
     momentum, ...) from `root_rank`. A fresh optimizer first takes one zero-gradient step
     so that its state exists on every rank."""
@@ -88,10 +91,18 @@ def _from_byte_tensor(tensor):
     return pickle.loads(tensor.numpy().tobytes())
 
 
-def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
-    """Returns the root's picklable `obj` on every rank of the set."""
-    name = name or type(obj).__name__
-    is_root = process_set.rank() == root_rank
+def _object_name(name, what, process_set):
+    """The given name, else one every rank derives alike (never from the object, which
+    may differ between ranks, e.g. obj if rank == 0 else None)."""
+    return name or mpi_ops._auto_name(what, _process_set_id(process_set))
+
+
+def broadcast_object(obj: Any, root_rank: int = 0, name: Optional[str] = None,
+                     process_set: ProcessSet = global_process_set) -> Any:
+    """Returns the root's picklable `obj` on every rank of the set (root_rank: a global
+    rank). Only the root's `obj` is read: others may pass None."""
+    name = _object_name(name, "broadcast_object", process_set)
+    is_root = rank() == root_rank
     if is_root:
         payload = _to_byte_tensor(obj)
         length = torch.tensor([payload.numel()], dtype=torch.int64)
@@ -104,9 +115,10 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set
     return obj if is_root else _from_byte_tensor(payload)
 
 
-def allgather_object(obj, name=None, process_set=global_process_set):
+def allgather_object(obj: Any, name: Optional[str] = None,
+                     process_set: ProcessSet = global_process_set) -> List[Any]:
     """Returns the list of every rank's picklable `obj`, in rank order of the set."""
-    name = name or type(obj).__name__
+    name = _object_name(name, "allgather_object", process_set)
     payload = _to_byte_tensor(obj)
     sizes = synchronize(mpi_ops.allgather_async(
         torch.tensor([payload.numel()], dtype=torch.int64), name + ".sizes", process_set))

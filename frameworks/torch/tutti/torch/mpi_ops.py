@@ -6,12 +6,14 @@ until it is synchronized. Inputs need not be contiguous: they are copied to a co
 buffer, and in-place variants copy the result back.
 """
 
+import itertools
 import warnings
+from typing import Any, Callable, List, Optional, Sequence, Union
 
 import torch
 
 from tutti.torch import _C
-from tutti.torch.basics import _process_set_id, global_process_set
+from tutti.torch.basics import ProcessSet, _noname_counters, _process_set_id, global_process_set
 
 # Reduction ops. Adasum exists for scripts that name it; Tutti does not implement it.
 Sum = _C.SUM
@@ -27,11 +29,12 @@ class Handle(int):
     """An op in flight: an int (usable as a dict key like Horovod's) that also holds the
     tensors the op uses and how to produce its result."""
 
-    def __new__(cls, value, keep, slot, finish):
+    def __new__(cls, value, keep, slot, finish, parts=None):
         handle = super().__new__(cls, value)
         handle._keep = keep
         handle._slot = slot
         handle._finish = finish
+        handle._parts = parts  # for a group of ops: their Handles
         return handle
 
 
@@ -40,20 +43,39 @@ class Handle(int):
 _handle_map = {}
 
 
+# Handles of groups made of several runtime ops count down from -1 (runtime handles are
+# positive), so the two never collide.
+_group_ids = itertools.count(-1, -1)
+
+
 def _register(handle_id, keep, finish, slot=None):
     handle = Handle(handle_id, keep, slot, finish)
     _handle_map[handle_id] = handle
     return handle
 
 
-def poll(handle):
+def _register_group(parts, finish):
+    """One handle for several ops: synchronize() waits for each and returns
+    finish(list of their outputs)."""
+    for part in parts:
+        _handle_map.pop(int(part), None)
+    group_id = next(_group_ids)
+    handle = Handle(group_id, (), None, finish, parts)
+    _handle_map[group_id] = handle
+    return handle
+
+
+def poll(handle: int) -> bool:
     """True when the op behind `handle` has finished (synchronize() will not block)."""
-    if int(handle) not in _handle_map:
+    entry = _handle_map.get(int(handle))
+    if entry is None:
         raise ValueError("poll(): unknown or already synchronized handle %d" % int(handle))
-    return bool(_C.poll(int(handle)))
+    if entry._parts is not None:
+        return all(bool(_C.poll(int(part))) for part in entry._parts)
+    return bool(_C.poll(int(entry)))
 
 
-def synchronize(handle):
+def synchronize(handle: int) -> Any:
     """Waits for the op and returns its output (None for an unknown handle, as Horovod).
 
     Raises TuttiError (alias HorovodInternalError) with the runtime's message on failure.
@@ -61,6 +83,12 @@ def synchronize(handle):
     entry = _handle_map.pop(int(handle), None)
     if entry is None:
         return None
+    if entry._parts is not None:
+        outputs = []
+        for part in entry._parts:
+            _handle_map[int(part)] = part
+            outputs.append(synchronize(part))
+        return entry._finish(outputs)
     try:
         output, recv_splits, last_joined = _C.wait(int(entry), -1.0, entry._slot)
     except _C.TuttiError as error:
@@ -70,7 +98,7 @@ def synchronize(handle):
     return entry._finish(output, recv_splits, last_joined)
 
 
-def handle_average_backwards_compatibility(op, average):
+def handle_average_backwards_compatibility(op: Optional[int], average: Optional[bool]):
     """Resolves the deprecated `average=` argument into an op (default Average)."""
     if op is not None:
         if average is not None:
@@ -96,6 +124,16 @@ def _check_op(op, what):
 
 def _name(name):
     return "" if name is None else str(name)
+
+
+def _auto_name(op, process_set_id):
+    """A name for an unnamed op that builds a group: "<op>.noname.<n>", counted per op and
+    process set so that every rank of the set derives the same one (from 0 after init)."""
+    count = _noname_counters.get((op, process_set_id), 0)
+    _noname_counters[(op, process_set_id)] = count + 1
+    if process_set_id:
+        return "%s.noname.set%d.%d" % (op, process_set_id, count)
+    return "%s.noname.%d" % (op, count)
 
 
 def _contiguous(tensor):
@@ -136,8 +174,11 @@ def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor
     return _register(handle_id, (tensor, output, source, target), finish)
 
 
-def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
-                    postscale_factor=1.0, process_set=global_process_set):
+def allreduce_async(tensor: torch.Tensor, average: Optional[bool] = None,
+                    name: Optional[str] = None, op: Optional[int] = None,
+                    prescale_factor: float = 1.0,
+                    postscale_factor: float = 1.0,
+                    process_set: ProcessSet = global_process_set) -> Handle:
     """Starts reducing `tensor` over the process set into a new tensor; returns a Handle.
 
     The reduction is keyed by `name`: every rank must use the same name, dtype and shape.
@@ -150,16 +191,22 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
                             process_set)
 
 
-def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
-                     postscale_factor=1.0, process_set=global_process_set):
+def allreduce_async_(tensor: torch.Tensor, average: Optional[bool] = None,
+                     name: Optional[str] = None, op: Optional[int] = None,
+                     prescale_factor: float = 1.0,
+                     postscale_factor: float = 1.0,
+                     process_set: ProcessSet = global_process_set) -> Handle:
     """Starts reducing `tensor` in place; returns a Handle."""
     op = handle_average_backwards_compatibility(op, average)
     return _allreduce_async(tensor, tensor, name, op, prescale_factor, postscale_factor,
                             process_set)
 
 
-def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
-               postscale_factor=1.0, process_set=global_process_set):
+def allreduce_(tensor: torch.Tensor, average: Optional[bool] = None,
+               name: Optional[str] = None, op: Optional[int] = None,
+               prescale_factor: float = 1.0,
+               postscale_factor: float = 1.0,
+               process_set: ProcessSet = global_process_set) -> torch.Tensor:
     """Reduces `tensor` in place and returns it."""
     return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor,
                                         postscale_factor, process_set))
@@ -172,8 +219,8 @@ def _grouped_allreduce_async(tensors, outputs, name, op, prescale_factor,
     tensors = list(tensors)
     if not tensors:
         raise ValueError("grouped_allreduce needs at least one tensor")
-    base = _name(name)
-    names = ["%s.%d" % (base, i) if base else "" for i in range(len(tensors))]
+    base = _name(name) or _auto_name("grouped_allreduce", set_id)
+    names = ["%s.%d" % (base, i) for i in range(len(tensors))]
     sources = [_contiguous(_detach(t)) for t in tensors]
     in_place = outputs is None
     targets = sources if in_place else [_contiguous(_detach(o)) for o in outputs]
@@ -185,8 +232,11 @@ def _grouped_allreduce_async(tensors, outputs, name, op, prescale_factor,
     return _register(handle_id, (tensors, outputs, sources, targets), finish)
 
 
-def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
-                            postscale_factor=1.0, process_set=global_process_set):
+def grouped_allreduce_async(tensors: Sequence[torch.Tensor], average: Optional[bool] = None,
+                            name: Optional[str] = None, op: Optional[int] = None,
+                            prescale_factor: float = 1.0,
+                            postscale_factor: float = 1.0,
+                            process_set: ProcessSet = global_process_set) -> Handle:
     """Starts reducing a list of tensors as one group (one handle; a list of outputs)."""
     op = handle_average_backwards_compatibility(op, average)
     outputs = [torch.empty_like(t, memory_format=torch.contiguous_format) for t in tensors]
@@ -194,16 +244,22 @@ def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_
                                     postscale_factor, process_set)
 
 
-def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
-                             postscale_factor=1.0, process_set=global_process_set):
+def grouped_allreduce_async_(tensors: Sequence[torch.Tensor], average: Optional[bool] = None,
+                             name: Optional[str] = None, op: Optional[int] = None,
+                             prescale_factor: float = 1.0,
+                             postscale_factor: float = 1.0,
+                             process_set: ProcessSet = global_process_set) -> Handle:
     """Starts reducing a list of tensors in place as one group."""
     op = handle_average_backwards_compatibility(op, average)
     return _grouped_allreduce_async(tensors, None, name, op, prescale_factor,
                                     postscale_factor, process_set)
 
 
-def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
-                       postscale_factor=1.0, process_set=global_process_set):
+def grouped_allreduce_(tensors: Sequence[torch.Tensor], average: Optional[bool] = None,
+                       name: Optional[str] = None, op: Optional[int] = None,
+                       prescale_factor: float = 1.0,
+                       postscale_factor: float = 1.0,
+                       process_set: ProcessSet = global_process_set) -> List[torch.Tensor]:
     """Reduces a list of tensors in place as one group and returns them."""
     return synchronize(grouped_allreduce_async_(tensors, average, name, op, prescale_factor,
                                                 postscale_factor, process_set))
@@ -211,7 +267,8 @@ def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_facto
 
 # ---- allgather, broadcast, alltoall, reducescatter ---------------------------------------
 
-def allgather_async(tensor, name=None, process_set=global_process_set):
+def allgather_async(tensor: torch.Tensor, name: Optional[str] = None,
+                    process_set: ProcessSet = global_process_set) -> Handle:
     """Starts concatenating `tensor` from every rank of the set along dimension 0.
 
     The first dimension may differ per rank; the others must match.
@@ -222,29 +279,46 @@ def allgather_async(tensor, name=None, process_set=global_process_set):
     return _register(handle_id, (tensor, source), lambda output, *_: output, slot)
 
 
-def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
+def broadcast_async(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
+                    process_set: ProcessSet = global_process_set) -> Handle:
     """Starts broadcasting the root's `tensor` into a new tensor on every rank.
 
-    root_rank is a rank within the process set (for the global set: the global rank).
+    root_rank is a global rank, which must belong to the process set (as in Horovod).
     """
     output = _detach(tensor).clone(memory_format=torch.contiguous_format)
     return _broadcast_async(output, output, root_rank, name, process_set)
 
 
-def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
+def broadcast_async_(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
+                     process_set: ProcessSet = global_process_set) -> Handle:
     """Starts broadcasting the root's `tensor` in place."""
     return _broadcast_async(tensor, tensor, root_rank, name, process_set)
 
 
+def _root_in_set(root_rank, process_set, what):
+    """The position in the process set of global rank `root_rank`."""
+    set_id = _process_set_id(process_set)
+    root_rank = int(root_rank)
+    if set_id == 0:
+        return root_rank
+    ranks = _C.process_set_ranks(set_id)
+    if root_rank not in ranks:
+        raise ValueError("%s: root_rank %d is not in the process set (ranks %s); root_rank "
+                         "is a global rank" % (what, root_rank, list(ranks)))
+    return list(ranks).index(root_rank)
+
+
 def _broadcast_async(tensor, result, root_rank, name, process_set):
     set_id = _process_set_id(process_set)
+    root = _root_in_set(root_rank, process_set, "broadcast")
     buffer = _contiguous(_detach(tensor))
-    handle_id = _C.broadcast_async(_name(name), buffer, int(root_rank), set_id)
+    handle_id = _C.broadcast_async(_name(name), buffer, root, set_id)
     finish = lambda *_: _copy_back(result, buffer)  # noqa: E731
     return _register(handle_id, (tensor, buffer), finish)
 
 
-def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
+def broadcast_(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
+               process_set: ProcessSet = global_process_set) -> torch.Tensor:
     """Broadcasts the root's `tensor` in place and returns it."""
     return synchronize(broadcast_async_(tensor, root_rank, name, process_set))
 
@@ -253,11 +327,16 @@ def _splits_list(splits):
     if splits is None:
         return []
     if isinstance(splits, torch.Tensor):
+        if splits.is_floating_point() or splits.is_complex() or splits.dtype == torch.bool:
+            raise ValueError("alltoall: splits must hold integers (int32 as in Horovod), "
+                             "got a %s tensor" % splits.dtype)
         return [int(s) for s in splits.reshape(-1).tolist()]
     return [int(s) for s in splits]
 
 
-def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
+def alltoall_async(tensor: torch.Tensor, splits: Union[Sequence[int], torch.Tensor,
+                   None] = None, name: Optional[str] = None,
+                   process_set: ProcessSet = global_process_set) -> Handle:
     """Starts sending splits[i] rows of `tensor` to rank i of the set (equal splits when
     None). synchronize() returns (output, received_splits as an int32 tensor)."""
     set_id = _process_set_id(process_set)
@@ -270,8 +349,9 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
     return _register(handle_id, (tensor, source, splits), finish, slot)
 
 
-def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set,
-                        prescale_factor=1.0, postscale_factor=1.0):
+def reducescatter_async(tensor: torch.Tensor, name: Optional[str] = None, op: int = Average,
+                        process_set: ProcessSet = global_process_set,
+                        prescale_factor: float = 1.0, postscale_factor: float = 1.0) -> Handle:
     """Starts reducing `tensor` over the set and scattering dimension 0: rank r gets its
     share of rows (the first n % size ranks one more)."""
     op = _check_op(op, "reducescatter")
@@ -282,14 +362,72 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=global_proces
     return _register(handle_id, (tensor, source), lambda output, *_: output, slot)
 
 
+# ---- grouped allgather and reducescatter, sparse allreduce --------------------------------
+
+def _grouped_async(start, tensors, name, what, process_set):
+    """Starts start(tensor, name_i) for each tensor, under one handle whose
+    synchronize() returns the list of outputs."""
+    tensors = list(tensors)
+    if not tensors:
+        raise ValueError("%s needs at least one tensor" % what)
+    base = _name(name) or _auto_name(what, _process_set_id(process_set))
+    parts = [start(t, "%s.%d" % (base, i)) for i, t in enumerate(tensors)]
+    return _register_group(parts, list)
+
+
+def grouped_allgather_async(tensors: Sequence[torch.Tensor], name: Optional[str] = None,
+                            process_set: ProcessSet = global_process_set) -> Handle:
+    """Starts allgathering each tensor of a list; synchronize() returns a list."""
+    return _grouped_async(lambda t, n: allgather_async(t, n, process_set), tensors, name,
+                          "grouped_allgather", process_set)
+
+
+def grouped_reducescatter_async(tensors: Sequence[torch.Tensor], name: Optional[str] = None,
+                                op: int = Average,
+                                process_set: ProcessSet = global_process_set,
+                                prescale_factor: float = 1.0,
+                                postscale_factor: float = 1.0) -> Handle:
+    """Starts reducescattering each tensor of a list; synchronize() returns a list."""
+    return _grouped_async(
+        lambda t, n: reducescatter_async(t, n, op, process_set, prescale_factor,
+                                         postscale_factor),
+        tensors, name, "grouped_reducescatter", process_set)
+
+
+def sparse_allreduce_async(tensor: torch.Tensor, name: Optional[str], op: Optional[int],
+                           process_set: ProcessSet = global_process_set) -> Callable[[],
+                           torch.Tensor]:
+    """Starts reducing a sparse COO tensor by allgathering its indices and values; returns
+    a function that waits and returns the reduced sparse tensor (Sum or Average)."""
+    if op not in (Sum, Average):
+        raise ValueError("sparse_allreduce_async: only Sum and Average are supported, got %r"
+                         % (op,))
+    tensor = tensor.coalesce()
+    base = _name(name) or _auto_name("sparse_allreduce", _process_set_id(process_set))
+    indices = allgather_async(tensor.indices().t().contiguous(), base + ".indices",
+                              process_set)
+    values = allgather_async(tensor.values(), base + ".values", process_set)
+
+    def wait():
+        all_values = synchronize(values)
+        all_indices = synchronize(indices)
+        if op == Average:
+            all_values = all_values / process_set.size()
+        with warnings.catch_warnings():  # torch 2.x: a note that invariants are unchecked
+            warnings.simplefilter("ignore", UserWarning)
+            return torch.sparse_coo_tensor(all_indices.t(), all_values, tensor.size())
+
+    return wait
+
+
 # ---- barrier and join ---------------------------------------------------------------------
 
-def barrier(process_set=global_process_set):
+def barrier(process_set: ProcessSet = global_process_set) -> None:
     """Returns once every rank of the set has entered the barrier."""
     synchronize(_register(_C.barrier_async(_process_set_id(process_set)), (), _returns(None)))
 
 
-def join(device=-1, process_set=global_process_set):
+def join(device: int = -1, process_set: ProcessSet = global_process_set) -> int:
     """Declares this rank out of data and waits until every rank has joined.
 
     Until then, this rank contributes zeros to the other ranks' allreduces. Returns the

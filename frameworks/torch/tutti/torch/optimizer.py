@@ -8,11 +8,12 @@ and then runs the wrapped optimizer's step.
 
 import warnings
 from contextlib import contextmanager
+from typing import Iterable, List, Optional, Tuple, Union
 
 import torch
 
 from tutti.torch import mpi_ops
-from tutti.torch.basics import global_process_set
+from tutti.torch.basics import ProcessSet, global_process_set
 from tutti.torch.compression import Compression
 from tutti.torch.mpi_ops import Average, synchronize
 
@@ -28,9 +29,10 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     _tutti_distributed = True
 
     def __init__(self, params, named_parameters, compression, backward_passes_per_step, op,
-                 gradient_predivide_factor, groups, process_set):
+                 gradient_predivide_factor, groups, sparse_as_dense, process_set):
         super(self.__class__, self).__init__(params)
         self._compression = compression
+        self._sparse_as_dense = sparse_as_dense
         self._process_set = process_set
         all_params = [p for group in self.param_groups for p in group["params"]]
         if named_parameters is not None:
@@ -120,7 +122,15 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         return p.grad
 
     def _allreduce_grad_async(self, p):
-        compressed, ctx = self._compression.compress(self._grad_of(p))
+        grad = self._grad_of(p)
+        if grad.is_sparse:
+            if not self._sparse_as_dense:
+                wait = mpi_ops.sparse_allreduce_async(
+                    grad, "allreduce." + self._parameter_names[p], self.op,
+                    self._process_set)
+                return wait, None
+            grad = grad.to_dense()
+        compressed, ctx = self._compression.compress(grad)
         prescale, postscale = self._scale_factors()
         handle = mpi_ops.allreduce_async_(compressed, name="allreduce." + self._parameter_names[p],
                                           op=self.op, prescale_factor=prescale,
@@ -187,6 +197,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         for p in sorted(self._requires_update - started, key=self._parameter_names.get):
             self._handles[p] = self._allreduce_grad_async(p)
         for key, (handle, ctx) in self._handles.items():
+            if ctx is None:  # a sparse gradient: `handle` waits and returns the result
+                self._write_grad(key, handle(), None)
+                continue
             synchronize(handle)
             if isinstance(key, tuple):
                 for p, (compressed, c) in zip(key, ctx):
@@ -198,8 +211,12 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     def _write_grad(self, p, compressed, ctx):
         self._allreduce_delay[p] = self.backward_passes_per_step
-        reduced = self._compression.decompress(compressed, ctx)
-        if reduced.data_ptr() != p.grad.data_ptr():
+        reduced = compressed if ctx is None else self._compression.decompress(compressed, ctx)
+        if p.grad.is_sparse:
+            # Sparse gradients cannot be copied into; sparse_as_dense reduced a dense copy.
+            with torch.no_grad():
+                p.grad.zero_().add_(reduced if reduced.is_sparse else reduced.to_sparse())
+        elif reduced.data_ptr() != p.grad.data_ptr():
             with torch.no_grad():
                 p.grad.copy_(reduced)
 
@@ -216,11 +233,10 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def step(self, closure=None):
         if self._should_synchronize:
             if self._synchronized:
-                warnings.warn("optimizer.step() called without a call to "
-                              "optimizer.synchronize() after optimizer.synchronize(). This "
-                              "can cause training slowdown. You may want to consider using "
-                              "optimizer.skip_synchronize() context if you use "
-                              "optimizer.synchronize() in your code.")
+                warnings.warn("optimizer.step() called without optimizer.skip_synchronize() "
+                              "after optimizer.synchronize(): the gradients are reduced "
+                              "again, which is wasted work. Call step() inside `with "
+                              "optimizer.skip_synchronize():` after synchronize().")
             self.synchronize()
         self._synchronized = False
         return super(self.__class__, self).step(closure)
@@ -233,10 +249,14 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         return super(self.__class__, self).zero_grad(*args, **kwargs)
 
 
-def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,
-                         backward_passes_per_step=1, op=Average, gradient_predivide_factor=1.0,
-                         num_groups=0, groups=None, sparse_as_dense=False,
-                         process_set=global_process_set):
+def DistributedOptimizer(optimizer: torch.optim.Optimizer,
+                         named_parameters: Optional[Iterable[Tuple[str, torch.Tensor]]] = None,
+                         compression: type = Compression.none,
+                         backward_passes_per_step: int = 1, op: int = Average,
+                         gradient_predivide_factor: float = 1.0, num_groups: int = 0,
+                         groups: Union[int, List[List[torch.Tensor]], None] = None,
+                         sparse_as_dense: bool = False,
+                         process_set: ProcessSet = global_process_set) -> torch.optim.Optimizer:
     """Wraps a torch optimizer so that step() uses gradients reduced over all ranks.
 
     named_parameters: model.named_parameters(), to name each allreduce ("allreduce.<name>").
@@ -244,10 +264,10 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     local backward passes accumulated before each allreduce. op: Average (default), Sum,
     ... gradient_predivide_factor: with Average, divide by this before the sum and by
     size/factor after. groups: an int (that many grouped allreduces) or a list of lists of
-    parameters reduced together. process_set: ranks to reduce over.
+    parameters reduced together. sparse_as_dense: reduce sparse gradients (e.g. of
+    nn.Embedding(sparse=True)) as dense tensors instead of allgathering their indices and
+    values. process_set: ranks to reduce over.
     """
-    if sparse_as_dense:
-        warnings.warn("sparse_as_dense: Tutti reduces every gradient densely")
     if gradient_predivide_factor != 1.0 and op != Average:
         raise ValueError("gradient_predivide_factor not supported with op != Average")
     mpi_ops._check_op(op, "DistributedOptimizer")
@@ -260,4 +280,4 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
                {k: v for k, v in _DistributedOptimizer.__dict__.items()
                 if k not in ("__dict__", "__weakref__")})
     return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step,
-               op, gradient_predivide_factor, groups, process_set)
+               op, gradient_predivide_factor, groups, sparse_as_dense, process_set)
