@@ -13,4 +13,8 @@ CMAKE_ARGS="-DTUTTI_TEST_PACKAGING=ON ${CMAKE_ARGS:-}" bash scripts/build.sh
   # Multi-rank tests declare PROCESSORS; -j2 runs single-rank tests side by side only.
   ctest --output-on-failure --timeout 600 -j "${CTEST_JOBS:-2}"
 )
-# ---- sanitizer stage (scripts/sanitize.sh): the lead adds its line here ----
+# Sanitizers: ASan+UBSan build of the unit, integration and fuzz tests, TSan build of the unit
+# tests (docs/testing.md). TUTTI_SANITIZE=0 leaves the stage out.
+if [ "${TUTTI_SANITIZE:-1}" != 0 ]; then
+  bash scripts/sanitize.sh
+fi

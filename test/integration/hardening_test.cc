@@ -6,7 +6,7 @@
 
 #include <tutti/tutti.h>
 
-#include <catch2/catch.hpp>
+#include "test/catch.h"
 
 #include <climits>
 #include <cstdlib>

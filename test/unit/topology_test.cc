@@ -2,7 +2,7 @@
 // check of what the launcher said.
 #include "core/topology.h"
 
-#include <catch2/catch.hpp>
+#include "test/catch.h"
 
 #include <string>
 #include <vector>

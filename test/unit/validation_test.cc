@@ -5,7 +5,7 @@
 #include "core/fusion.h"
 #include "core/validation.h"
 
-#include <catch2/catch.hpp>
+#include "test/catch.h"
 
 #include <limits>
 
