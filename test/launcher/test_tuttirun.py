@@ -303,7 +303,8 @@ class RemoteTest(unittest.TestCase):
         self.log = tempfile.NamedTemporaryFile(delete=False)
         self.log.close()
         self.env = dict(os.environ, PATH=FAKE_SSH_DIR + os.pathsep + os.environ["PATH"],
-                        FAKE_SSH_LOG=self.log.name, X_NOT_PASSED="1", X_PASSED="yes")
+                        FAKE_SSH_LOG=self.log.name, X_FOLLOWS="1", X_PASSED="yes",
+                        SSH_X_HOST_SPECIFIC="1")
         self.hosts = ["-H", "fakehost-a:2,fakehost-b:1", "--network-interface", "lo"]
 
     def tearDown(self):
@@ -323,7 +324,9 @@ class RemoteTest(unittest.TestCase):
             self.assertEqual(e["TUTTI_RENDEZVOUS_ADDR"], "127.0.0.1")
             self.assertEqual(e["TUTTI_GLOO_IFACE"], "lo")
             self.assertEqual(e["X_PASSED"], "yes")
-            self.assertNotIn("X_NOT_PASSED", e)  # the remote side starts clean
+            # The launching environment follows the ranks (as with horovodrun); fake_ssh
+            # starts the remote side clean, so this came through the remote command.
+            self.assertEqual(e["X_FOLLOWS"], "1")
             self.assertFalse(e["secret_on_cmdline"])
         self.assertEqual([e["TUTTI_LOCAL_RANK"] for _, e in sorted(seen.items())],
                          ["0", "1", "0"])
@@ -334,6 +337,7 @@ class RemoteTest(unittest.TestCase):
             self.assertNotIn(secret, line)
             self.assertIn("-p 2222", line)
             self.assertIn("TUTTI_RANK=", line)
+            self.assertNotIn("SSH_X_HOST_SPECIFIC", line)  # host-specific: stays here
 
     def test_remote_failure_and_teardown(self):
         r = run(self.hosts + ["-np", "3", PYTHON, WORKER, "fail", "2", "4"], env=self.env)
