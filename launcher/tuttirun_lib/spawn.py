@@ -121,7 +121,14 @@ class Worker:
 
     def describe_exit(self):
         code = self.returncode
-        who = "rank %d (pid %d on %s)" % (self.rank, self.popen.pid, self.where)
+        if self.popen.stdin:
+            # Remote: ssh returns the remote sh's `wait` status, 128 + n for a worker killed
+            # by signal n; the pid is ssh's, here.
+            who = "rank %d (on %s, ssh pid %d here)" % (self.rank, self.where, self.popen.pid)
+            if code > 128 and code - 128 < signal.NSIG:
+                code = 128 - code
+        else:
+            who = "rank %d (pid %d on %s)" % (self.rank, self.popen.pid, self.where)
         if code < 0:
             try:
                 name = signal.Signals(-code).name
