@@ -1,16 +1,12 @@
 """Lifecycle, topology, build flags and process sets (horovod.common.basics/process_sets)."""
 
 import atexit
-import importlib.util
 import threading
 from typing import Any, Sequence, Union
 
 import torch
 
-from tutti.torch._loader import preload_tutti
-
-preload_tutti(importlib.util.find_spec("tutti.torch._C").origin)
-from tutti.torch import _C  # noqa: E402  (after the preload)
+from tutti.torch import _C
 
 TuttiError = _C.TuttiError
 TuttiValueError = _C.TuttiValueError
