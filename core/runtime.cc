@@ -58,11 +58,7 @@ void Runtime::shutdown(const std::string& note) {
   if (onBackgroundThread()) return;  // a callback: the thread stops after this round
   std::call_once(shutdown_once_, [this] {
     if (thread_.joinable()) thread_.join();
-    {
-      std::lock_guard<std::mutex> lock(status_mu_);
-      if (stopped_.ok()) stopped_ = Status(StatusCode::kAborted, "Tutti was shut down");
-    }
-    handles_.failAll(stoppedStatus());
+    handles_.failAll(recordStop(Status(StatusCode::kAborted, "Tutti was shut down")));
     std::lock_guard<std::mutex> lock(sets_mu_);
     sets_.clear();
     transport_.reset();
@@ -192,23 +188,33 @@ Status Runtime::wait(Handle handle, double timeout_seconds, Result* result) {
   return status;
 }
 
-void Runtime::failJob(const Status& status) {
-  {
-    std::lock_guard<std::mutex> lock(status_mu_);
-    if (stopped_.ok()) stopped_ = status;
-  }
-  job_failed_ = true;
-  TUTTI_LOG(kError) << status.message();
+Status Runtime::recordStop(const Status& status) {
+  std::lock_guard<std::mutex> lock(status_mu_);
+  if (stopped_.ok()) stopped_ = status;
+  return stopped_;
+}
+
+std::vector<std::shared_ptr<ProcessSet>> Runtime::allSets() const {
   std::vector<std::shared_ptr<ProcessSet>> sets;
-  {
-    std::lock_guard<std::mutex> lock(sets_mu_);
-    for (auto& kv : sets_) sets.push_back(kv.second);
-  }
+  std::lock_guard<std::mutex> lock(sets_mu_);
+  for (auto& kv : sets_) sets.push_back(kv.second);
+  return sets;
+}
+
+void Runtime::abortSets(const std::vector<std::shared_ptr<ProcessSet>>& sets,
+                        const std::string& why) {
   for (auto& set : sets) {
     if (!set->member()) continue;
-    set->control->abort(status.message());
-    for (auto& b : set->backends) b->abort(status.message());
+    set->control->abort(why);
+    for (auto& b : set->backends) b->abort(why);
   }
+}
+
+void Runtime::failJob(const Status& status) {
+  recordStop(status);
+  job_failed_ = true;
+  TUTTI_LOG(kError) << status.message();
+  abortSets(allSets(), status.message());
   std::unique_lock<std::mutex> lock(wake_mu_);
   wake_cv_.notify_all();
   if (onBackgroundThread()) return;  // a callback: the thread stops when it returns
@@ -364,27 +370,15 @@ void Runtime::applySetChange(const Response& response) {
 }
 
 void Runtime::stop(const Status& status) {
-  Status first;  // the sticky error: failJob may have set one before the thread noticed
-  {
-    std::lock_guard<std::mutex> lock(status_mu_);
-    if (stopped_.ok()) stopped_ = status;
-    first = stopped_;
-  }
+  // The sticky error: failJob may have set one before the thread noticed.
+  const Status first = recordStop(status);
   if (first.code() != StatusCode::kAborted) job_failed_ = true;
   if (first.code() != StatusCode::kAborted && status.code() != StatusCode::kAborted)
     TUTTI_LOG(kError) << "background thread stopped: " << first.message();
-  std::vector<std::shared_ptr<ProcessSet>> sets;
-  {
-    std::lock_guard<std::mutex> lock(sets_mu_);
-    for (auto& kv : sets_) sets.push_back(kv.second);
-  }
-  for (auto& set : sets) {
-    if (first.code() != StatusCode::kAborted && set->member()) {
-      set->control->abort(first.message());
-      for (auto& b : set->backends) b->abort(first.message());
-    }
+  const auto sets = allSets();
+  if (first.code() != StatusCode::kAborted) abortSets(sets, first.message());
+  for (auto& set : sets)
     for (auto& e : set->queue.takeAll()) HandleTable::fail(*e.handle, first);
-  }
   handles_.failAll(first);
 }
 

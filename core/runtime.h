@@ -99,6 +99,11 @@ class Runtime {
   // backend and waits (bounded) for the background thread to leave, so that no queued op
   // still points at the caller's buffers once this returns.
   void failJob(const Status& status);
+  // Records `status` as the sticky error unless one is already there; returns the sticky one.
+  Status recordStop(const Status& status);
+  // Aborts every control plane and backend of the sets this rank belongs to (peers fail fast).
+  void abortSets(const std::vector<std::shared_ptr<ProcessSet>>& sets, const std::string& why);
+  std::vector<std::shared_ptr<ProcessSet>> allSets() const;
   std::string exchangeLeaveNotes(ProcessSet& global, const std::string& mine);
   bool busy() const;
 

@@ -60,11 +60,7 @@ constexpr std::chrono::seconds kHitPatience(1);
 }  // namespace
 
 bool Runtime::runRound(bool* had_work) {
-  std::vector<std::shared_ptr<ProcessSet>> sets;
-  {
-    std::lock_guard<std::mutex> lock(sets_mu_);
-    for (auto& kv : sets_) sets.push_back(kv.second);
-  }
+  const std::vector<std::shared_ptr<ProcessSet>> sets = allSets();
   bool shutting_down;
   {
     std::lock_guard<std::mutex> lock(wake_mu_);
