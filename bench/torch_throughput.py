@@ -1,0 +1,248 @@
+#!/usr/bin/env python3
+"""Training throughput of tutti.torch against torch's DistributedDataParallel, side by side.
+
+The twin of Horovod's pytorch_synthetic_benchmark.py: every rank trains a model defined in
+this file on synthetic data (nothing is downloaded) and the script reports samples per second
+per rank and in total, for Tutti's DistributedOptimizer and, in the same processes, on the
+same model, data and initial weights, for DistributedDataParallel over torch's gloo. The two
+take turns (Tutti, DDP, Tutti, DDP, ...) so that load on a shared machine hits both alike;
+the figures are medians over the timed iterations.
+
+    tuttirun -np 2 python3 bench/torch_throughput.py
+    mpirun -np 4 --oversubscribe python3 bench/torch_throughput.py --model mlp --json out.json
+
+Models: `resnet`, a ResNet-like CNN (basic residual blocks, batch norm) on 3x32x32 images;
+`mlp`, many small fully connected layers (many small gradients: what fusion is for).
+DDP's process group is set up by the script (rank 0 picks a free port and tells the others
+through Tutti), so the job needs nothing but the launcher. The exit status is non-zero if
+the ranks' parameters differ at the end of a run, for either framework.
+"""
+
+import argparse
+import json
+import socket
+import statistics
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+
+import tutti.torch as hvd
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", choices=["resnet", "mlp", "all"], default="all")
+    p.add_argument("--frameworks", default="tutti,ddp",
+                   help="comma-separated, from: tutti, ddp (default both, alternating)")
+    p.add_argument("--batch-size", type=int, default=0,
+                   help="per rank (default: 32 for resnet, 64 for mlp)")
+    p.add_argument("--num-warmup-batches", type=int, default=3)
+    p.add_argument("--num-batches-per-iter", type=int, default=5)
+    p.add_argument("--num-iters", type=int, default=5)
+    p.add_argument("--mlp-layers", type=int, default=48)
+    p.add_argument("--mlp-width", type=int, default=256)
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch threads per rank (default 1: one rank per core)")
+    p.add_argument("--json", metavar="PATH", help="also write the results as JSON (rank 0)")
+    args = p.parse_args(argv)
+    args.frameworks = [f for f in args.frameworks.split(",") if f]
+    for f in args.frameworks:
+        if f not in ("tutti", "ddp"):
+            p.error("--frameworks: unknown framework %r (expected tutti, ddp)" % f)
+    return args
+
+
+class BasicBlock(nn.Module):
+    def __init__(self, cin, cout, stride):
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(cout)
+        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(cout)
+        self.short = None
+        if stride != 1 or cin != cout:
+            self.short = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False),
+                                       nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        y = F.relu(self.bn1(self.conv1(x)))
+        y = self.bn2(self.conv2(y))
+        return F.relu(y + (x if self.short is None else self.short(x)))
+
+
+class ResNetLike(nn.Module):
+    """ResNet-18's shape (four stages of two basic blocks) at a quarter of its width."""
+
+    def __init__(self, classes=10, width=16):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, width, 3, 1, 1, bias=False),
+                                  nn.BatchNorm2d(width), nn.ReLU())
+        blocks, cin = [], width
+        for stage, cout in enumerate([width, 2 * width, 4 * width, 8 * width]):
+            for i in range(2):
+                blocks.append(BasicBlock(cin, cout, 2 if (i == 0 and stage > 0) else 1))
+                cin = cout
+        self.blocks = nn.Sequential(*blocks)
+        self.fc = nn.Linear(cin, classes)
+
+    def forward(self, x):
+        x = self.blocks(self.stem(x))
+        return self.fc(F.adaptive_avg_pool2d(x, 1).flatten(1))
+
+
+class DeepMLP(nn.Module):
+    def __init__(self, layers, width, classes=10):
+        super().__init__()
+        self.inp = nn.Linear(128, width)
+        self.hidden = nn.ModuleList(nn.Linear(width, width) for _ in range(layers))
+        self.out = nn.Linear(width, classes)
+
+    def forward(self, x):
+        x = F.relu(self.inp(x))
+        for layer in self.hidden:
+            x = F.relu(layer(x))
+        return self.out(x)
+
+
+def make_model(name, args):
+    torch.manual_seed(1234)  # the same initial weights on every rank and for each framework
+    if name == "resnet":
+        return ResNetLike()
+    return DeepMLP(args.mlp_layers, args.mlp_width)
+
+
+def make_batch(name, batch, rank):
+    g = torch.Generator().manual_seed(100 + rank)
+    shape = (batch, 3, 32, 32) if name == "resnet" else (batch, 128)
+    return torch.randn(*shape, generator=g), torch.randint(0, 10, (batch,), generator=g)
+
+
+def setup_ddp():
+    """One gloo process group for the whole run; rank 0's address and a free port via Tutti."""
+    if hvd.rank() == 0:
+        with socket.socket() as s:  # a free port; torch's store binds it right after
+            s.bind(("", 0))
+            port = s.getsockname()[1]
+        addr = "127.0.0.1" if hvd.local_size() == hvd.size() else socket.gethostname()
+        endpoint = (addr, port)
+    else:
+        endpoint = None
+    addr, port = hvd.broadcast_object(endpoint, 0, name="bench.ddp_endpoint")
+    dist.init_process_group("gloo", init_method="tcp://%s:%d" % (addr, port),
+                            rank=hvd.rank(), world_size=hvd.size())
+
+
+class Trainer:
+    """One framework's model, optimizer and step."""
+
+    def __init__(self, framework, model_name, args):
+        self.framework = framework
+        model = make_model(model_name, args)
+        lr = 0.01 * hvd.size()
+        if framework == "tutti":
+            opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
+            self.opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters())
+            hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+            self.model = model
+        else:
+            self.model = nn.parallel.DistributedDataParallel(model)
+            self.opt = torch.optim.SGD(self.model.parameters(), lr=lr, momentum=0.9)
+        self.params = list(model.parameters())
+        self.tensors = len(self.params)
+        self.numel = sum(p.numel() for p in self.params)
+
+    def step(self, data, target):
+        self.opt.zero_grad()
+        loss = F.cross_entropy(self.model(data), target)
+        loss.backward()
+        self.opt.step()
+
+    def timed_iter(self, data, target, batches):
+        start = time.perf_counter()
+        for _ in range(batches):
+            self.step(data, target)
+        return time.perf_counter() - start
+
+    def identical_across_ranks(self):
+        flat = torch.cat([p.detach().reshape(-1) for p in self.params]).unsqueeze(0)
+        gathered = hvd.allgather(flat, name="bench.check.%s" % self.framework)
+        return bool(torch.equal(gathered.min(0).values, gathered.max(0).values))
+
+
+def run_model(model_name, args):
+    batch = args.batch_size or (32 if model_name == "resnet" else 64)
+    data, target = make_batch(model_name, batch, hvd.rank())
+    trainers = [Trainer(f, model_name, args) for f in args.frameworks]
+    for t in trainers:
+        for _ in range(args.num_warmup_batches):
+            t.step(data, target)
+    rates = {t.framework: [] for t in trainers}
+    for _ in range(args.num_iters):
+        for t in trainers:  # alternate, so that load changes hit every framework alike
+            seconds = t.timed_iter(data, target, args.num_batches_per_iter)
+            rates[t.framework].append(batch * args.num_batches_per_iter / seconds)
+    results = []
+    for t in trainers:
+        per_rank = statistics.median(rates[t.framework])
+        all_ranks = hvd.allgather_object(per_rank, name="bench.rates.%s.%s" %
+                                         (model_name, t.framework))
+        results.append({
+            "model": model_name, "framework": t.framework, "ranks": hvd.size(),
+            "batch_per_rank": batch, "parameters": t.numel, "tensors": t.tensors,
+            "samples_per_sec_per_rank": all_ranks,
+            "samples_per_sec_total": sum(all_ranks),
+            "iters": args.num_iters, "batches_per_iter": args.num_batches_per_iter,
+            "identical": t.identical_across_ranks(),
+        })
+    return results
+
+
+def print_table(results):
+    print("# %-7s %-6s %5s %6s %9s %8s %16s %14s %7s" % (
+        "model", "frame", "ranks", "batch", "params", "tensors", "samples/s/rank",
+        "samples/s", "vs ddp"))
+    ddp = {r["model"]: r["samples_per_sec_total"] for r in results if r["framework"] == "ddp"}
+    for r in results:
+        ratio = ("%.3f" % (r["samples_per_sec_total"] / ddp[r["model"]])
+                 if r["model"] in ddp else "-")
+        print("  %-7s %-6s %5d %6d %9d %8d %16.1f %14.1f %7s" % (
+            r["model"], r["framework"], r["ranks"], r["batch_per_rank"], r["parameters"],
+            r["tensors"], statistics.median(r["samples_per_sec_per_rank"]),
+            r["samples_per_sec_total"], ratio))
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    torch.set_num_threads(args.threads)
+    hvd.init()
+    if "ddp" in args.frameworks:
+        setup_ddp()
+    models = ["resnet", "mlp"] if args.model == "all" else [args.model]
+    results = []
+    for name in models:
+        results.extend(run_model(name, args))
+    ok = all(r["identical"] for r in results)
+    if hvd.rank() == 0:
+        print("# tutti.torch vs DistributedDataParallel (gloo), torch %s, %d ranks, "
+              "medians of %d iterations of %d batches" % (
+                  torch.__version__, hvd.size(), args.num_iters, args.num_batches_per_iter))
+        print_table(results)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"torch": torch.__version__, "results": results}, f, indent=1)
+        for r in results:
+            if not r["identical"]:
+                print("error: %s/%s: parameters differ across ranks after training" %
+                      (r["model"], r["framework"]), file=sys.stderr)
+    if "ddp" in args.frameworks:
+        dist.destroy_process_group()
+    hvd.shutdown()
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
