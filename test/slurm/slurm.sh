@@ -41,13 +41,28 @@ down() {
   fi
   stop_pidfile "$STATE/slurmd.pid"
   stop_pidfile "$STATE/slurmctld.pid"
-  # slurmstepd processes whose slurmd is gone, and their tasks: only those of this state dir.
-  for pid in $(pgrep -f "slurmstepd" 2>/dev/null || true); do
-    if tr '\0' '\n' < "/proc/$pid/environ" 2>/dev/null | grep -qx "SLURM_CONF=$STATE/slurm.conf" \
-       || grep -qs "$STATE" "/proc/$pid/cmdline"; then
-      kill -KILL "$pid" 2>/dev/null || true
+  # slurmstepd processes left behind, with their tasks: only those of this Slurm (their
+  # environment names its slurm.conf).
+  local steps=() pid
+  for pid in $(pgrep -x slurmstepd 2>/dev/null || true); do
+    if tr '\0' '\n' < "/proc/$pid/environ" 2>/dev/null \
+         | grep -qx "SLURM_CONF=$STATE/slurm.conf"; then
+      steps+=("$pid")
     fi
   done
+  if [ "${#steps[@]}" -gt 0 ]; then
+    local victims=("${steps[@]}") level=("${steps[@]}") next
+    for _ in $(seq 8); do  # tasks and their children, a few generations deep
+      next=()
+      for pid in "${level[@]}"; do
+        for child in $(pgrep -P "$pid" 2>/dev/null || true); do next+=("$child"); done
+      done
+      [ "${#next[@]}" -gt 0 ] || break
+      victims+=("${next[@]}")
+      level=("${next[@]}")
+    done
+    kill -KILL "${victims[@]}" 2>/dev/null || true
+  fi
   stop_pidfile "$STATE/munged.pid"
   rm -rf "$STATE"
 }
