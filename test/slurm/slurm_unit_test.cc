@@ -108,6 +108,15 @@ std::string request(const std::string& secret, const std::string& nonce, uint8_t
   return frame + hmacSha256(secret, "tutti-rdzv-req" + nonce + frame);
 }
 
+// The next reply is a refusal with `status` and a message containing `text`; then the
+// server closes the connection.
+void expectRefusal(Peer& p, int status, const std::string& text) {
+  auto r = p.reply();
+  CHECK(r.first == status);
+  CHECK_THAT(r.second, Catch::Contains(text));
+  CHECK(p.closedWithin(2));
+}
+
 RendezvousServerOptions quick() {
   RendezvousServerOptions o;
   o.bind_host = "127.0.0.1";
@@ -211,26 +220,19 @@ TEST_CASE("the server refuses bad MACs, replays, oversized and malformed request
     p.send(request(raw(), nonce, kRdzvSet, 1, "a", "1"));
     CHECK(p.reply().first == kRdzvOk);
     p.send(request(raw(), nonce, kRdzvSet, 1, "a", "2"));  // seq 1 again: a replay
-    auto r = p.reply();
-    CHECK(r.first == kRdzvUnauthenticated);
-    CHECK_THAT(r.second, Catch::Contains("sequence 1, expected 2"));
-    CHECK(p.closedWithin(2));
+    expectRefusal(p, kRdzvUnauthenticated, "sequence 1, expected 2");
   }
   {
     Peer p(server.port());
     p.hello();
     p.send(header(kRdzvSet, 1, 0, 1, 1ull << 40));  // claims a 1 TiB value
-    auto r = p.reply();
-    CHECK(r.first == kRdzvBadRequest);
-    CHECK_THAT(r.second, Catch::Contains("request too large"));
-    CHECK(p.closedWithin(2));
+    expectRefusal(p, kRdzvBadRequest, "request too large");
   }
   {
     Peer p(server.port());
     p.hello();
-    std::string h = header(9, 1, 0, 1, 1);
-    p.send(h);
-    CHECK(p.reply() == std::make_pair(int(kRdzvBadRequest), std::string("malformed request")));
+    p.send(header(9, 1, 0, 1, 1));  // op 9
+    expectRefusal(p, kRdzvBadRequest, "malformed request");
   }
   CHECK(server.rejected() == 4);
   RendezvousClient good("127.0.0.1", server.port(), raw(), 5.0, 0);
@@ -255,9 +257,7 @@ TEST_CASE("unauthenticated peers hold no slot or memory for long") {
     Peer slow(server.port());  // a header claiming 1 MiB, then body bytes past the budget
     slow.hello();
     slow.send(header(kRdzvSet, 1, 0, 1, 1 << 20) + std::string(8192, 'x'));
-    auto r = slow.reply();
-    CHECK(r.first == kRdzvBadRequest);
-    CHECK_THAT(r.second, Catch::Contains("server busy"));
+    expectRefusal(slow, kRdzvBadRequest, "server busy");
   }
   {
     Peer p1(server.port()), p2(server.port()), p3(server.port());

@@ -156,6 +156,23 @@ class SlurmCases:
         rc, out, _ = self.srun(3, program, timeout=120)
         self.assertEqual(rc, 0, out)
 
+    def test_sbatch_script(self):
+        """The docs' sbatch example: srun in a batch script, waited for with a deadline."""
+        launch = ("srun --mpi=pmix" if self.MPI
+                  else "export TUTTI_CPU_OPERATIONS=gloo\nsrun")
+        with tempfile.TemporaryDirectory(prefix="tutti-slurm-sbatch-") as tmp:
+            script = os.path.join(tmp, "job.sh")
+            output = os.path.join(tmp, "job.out")
+            with open(script, "w") as f:
+                f.write("#!/bin/bash\n#SBATCH -n 3\n#SBATCH --time=1\n%s %s topology\n"
+                        % (launch, PROBE))
+            rc, out, _ = run(["sbatch", "--wait", "-o", output, script], timeout=60)
+            with open(output) as f:
+                job_out = f.read()
+        self.assertEqual(rc, 0, out + job_out)
+        self.assertEqual(sorted(topo(job_out)), [0, 1, 2], job_out)
+        self.assertEqual(wait_nothing_left(PROBE), [])
+
     def test_task_exits_7(self):
         """Rank 2 exits 7 after 3 steps; the others' ops fail naming it; srun ends."""
         if not EXIT_DRIVER or not os.path.exists(EXIT_DRIVER):
@@ -172,20 +189,6 @@ class SlurmCases:
 
 
 class GlooUnderSrun(SlurmCases, unittest.TestCase):
-    def test_sbatch_script(self):
-        with tempfile.TemporaryDirectory(prefix="tutti-slurm-sbatch-") as tmp:
-            script = os.path.join(tmp, "job.sh")
-            output = os.path.join(tmp, "job.out")
-            with open(script, "w") as f:
-                f.write("#!/bin/bash\n#SBATCH -n 3\n#SBATCH --time=1\n"
-                        "export TUTTI_CPU_OPERATIONS=gloo\n"
-                        "srun %s topology\n" % PROBE)
-            rc, out, _ = run(["sbatch", "--wait", "-o", output, script], timeout=60)
-            with open(output) as f:
-                job_out = f.read()
-            self.assertEqual(rc, 0, out + job_out)
-            self.assertEqual(sorted(topo(job_out)), [0, 1, 2], job_out)
-
     def test_no_secret_is_an_error(self):
         with tempfile.TemporaryDirectory(prefix="tutti-slurm-home-") as home:
             rc, out, took = self.srun(2, PROBE, "topology", TUTTI_SECRET="", HOME=home)
@@ -223,20 +226,6 @@ class MpiUnderSrun(SlurmCases, unittest.TestCase):
         self.assertIn("srun --mpi=list", out)
         self.assertNotIn("OMPI was not built with SLURM's PMI support", out)
         self.assertLess(took, 15, out)
-
-    def test_sbatch_script(self):
-        with tempfile.TemporaryDirectory(prefix="tutti-slurm-sbatch-") as tmp:
-            script = os.path.join(tmp, "job.sh")
-            output = os.path.join(tmp, "job.out")
-            with open(script, "w") as f:
-                f.write("#!/bin/bash\n#SBATCH -n 3\n#SBATCH --time=1\n"
-                        "srun --mpi=pmix %s topology\n" % PROBE)
-            rc, out, _ = run(["sbatch", "--wait", "-o", output, script], timeout=60)
-            with open(output) as f:
-                job_out = f.read()
-            self.assertEqual(rc, 0, out + job_out)
-            self.assertEqual(sorted(topo(job_out)), [0, 1, 2], job_out)
-
 
 if __name__ == "__main__":
     reason = why_not_runnable()
