@@ -180,7 +180,6 @@ void RendezvousServer::loop() {
       changed = store_changed_;
       store_changed_ = false;
     }
-    if (fds[1].revents) acceptAll();
     for (size_t i = 0; i < order.size(); ++i) {
       Connection& c = *order[i];
       if (c.closed || !fds[i + 2].revents) continue;
@@ -201,7 +200,11 @@ void RendezvousServer::loop() {
       Connection& c = *entry.second;
       if (c.closed) continue;
       if (c.parked && (changed || now >= c.deadline)) {
-        tryAnswer(c);
+        try {
+          tryAnswer(c);
+        } catch (const std::exception&) {
+          close(c);
+        }
       } else if (now >= c.deadline) {
         close(c);  // pre-authentication, message, idle or write deadline passed
       }
@@ -213,6 +216,11 @@ void RendezvousServer::loop() {
       } else {
         ++it;
       }
+    }
+    try {
+      if (fds[1].revents) acceptAll();  // after the closes above, which free slots
+    } catch (const std::exception&) {
+      // Out of memory for a connection: it was closed; the next ones are tried next round.
     }
     connections_ = conns_.size();
   }
@@ -229,7 +237,13 @@ void RendezvousServer::acceptAll() {
     }
     int one = 1;
     ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    auto c = std::make_unique<Connection>();
+    std::unique_ptr<Connection> c;
+    try {
+      c = std::make_unique<Connection>();
+    } catch (...) {
+      ::close(fd);
+      throw;
+    }
     c->fd = fd;
     c->nonce.resize(16);
     if (RAND_bytes(reinterpret_cast<unsigned char*>(&c->nonce[0]), 16) != 1) {

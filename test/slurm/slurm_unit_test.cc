@@ -117,6 +117,13 @@ void expectRefusal(Peer& p, int status, const std::string& text) {
   CHECK(p.closedWithin(2));
 }
 
+// Waits (at most 2 s) until the server holds `n` connections.
+bool waitForConnections(const RendezvousServer& server, size_t n) {
+  for (int i = 0; i < 100 && server.connections() != n; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  return server.connections() == n;
+}
+
 RendezvousServerOptions quick() {
   RendezvousServerOptions o;
   o.bind_host = "127.0.0.1";
@@ -264,10 +271,11 @@ TEST_CASE("unauthenticated peers hold no slot or memory for long") {
     p1.hello();
     p2.hello();
     p3.hello();
+    CHECK(waitForConnections(server, 3));
     Peer p4(server.port());  // past max_connections: closed at once
     CHECK(p4.closedWithin(2));
   }
-  // Every slot comes back once the peers are gone.
+  CHECK(waitForConnections(server, 0));  // every slot comes back once the peers are gone
   RendezvousClient good("127.0.0.1", server.port(), raw(), 5.0, 0);
   good.set("k", {'1'});
   CHECK(good.get("k") == std::vector<char>{'1'});
