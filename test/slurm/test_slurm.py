@@ -149,12 +149,14 @@ class SlurmCases:
     def test_topology_with_ntasks_per_node(self):
         self.check_topology(4, per_node=4)
 
-    def test_integration_program(self):
-        program = os.path.join(INTEG_DIR, "integ_allreduce")
-        if not os.path.exists(program):
-            self.skipTest("integ_allreduce not built")
-        rc, out, _ = self.srun(3, program, timeout=120)
-        self.assertEqual(rc, 0, out)
+    def test_integration_programs(self):
+        """Allreduces, and init after shutdown (gloo: rank 0's server made anew each time)."""
+        for name in ("integ_allreduce", "integ_lifecycle"):
+            program = os.path.join(INTEG_DIR, name)
+            if not os.path.exists(program):
+                self.skipTest(name + " not built")
+            rc, out, _ = self.srun(3, program, timeout=120)
+            self.assertEqual(rc, 0, name + ":\n" + out)
 
     def test_sbatch_script(self):
         """The docs' sbatch example: srun in a batch script, waited for with a deadline."""
