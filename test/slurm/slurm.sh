@@ -21,15 +21,22 @@ SBIN=/usr/sbin
 
 die() { echo "slurm.sh: $*" >&2; exit 1; }
 
-# Stops the daemon whose pid is in $1: SIGTERM, then SIGKILL after 5 s.
-stop_pidfile() {
-  local pid
-  [ -e "$1" ] || return 0
-  pid=$(cat "$1" 2>/dev/null || true)
-  [ -n "$pid" ] || return 0
-  kill "$pid" 2>/dev/null || return 0
-  for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.1; done
-  kill -KILL "$pid" 2>/dev/null || true
+# Stops the daemons whose pids are in the files named: SIGTERM to all, SIGKILL to those
+# still there after 5 s.
+stop_pidfiles() {
+  local pids=() pid file
+  for file in "$@"; do
+    [ -e "$file" ] || continue
+    pid=$(cat "$file" 2>/dev/null || true)
+    [ -n "$pid" ] && kill "$pid" 2>/dev/null && pids+=("$pid")
+  done
+  for _ in $(seq 50); do
+    local alive=0
+    for pid in "${pids[@]}"; do kill -0 "$pid" 2>/dev/null && alive=1; done
+    [ "$alive" -eq 1 ] || return 0
+    sleep 0.1
+  done
+  kill -KILL "${pids[@]}" 2>/dev/null || true
 }
 
 down() {
@@ -39,8 +46,7 @@ down() {
     SLURM_CONF="$STATE/slurm.conf" timeout 10 scancel --full --quiet \
       "--user=$(id -un)" 2>/dev/null || true
   fi
-  stop_pidfile "$STATE/slurmd.pid"
-  stop_pidfile "$STATE/slurmctld.pid"
+  stop_pidfiles "$STATE/slurmd.pid" "$STATE/slurmctld.pid"
   # slurmstepd processes left behind, with their tasks: only those of this Slurm (their
   # environment names its slurm.conf).
   local steps=() pid
@@ -63,7 +69,7 @@ down() {
     done
     kill -KILL "${victims[@]}" 2>/dev/null || true
   fi
-  stop_pidfile "$STATE/munged.pid"
+  stop_pidfiles "$STATE/munged.pid"
   rm -rf "$STATE"
 }
 
