@@ -184,8 +184,8 @@ SlurmRendezvous connectSlurmRendezvous(const Config& config, int generation) {
       r.server = std::make_unique<RendezvousServer>(secret, options);
     } catch (const Error& e) {
       throwError(e.code(), me + ": " + e.what() + " (" + where +
-                               "; another job on this node may hold the port: set "
-                               "TUTTI_RENDEZVOUS_PORT)");
+                               "; another program on this node may hold the port: set "
+                               "TUTTI_RENDEZVOUS_PORT to a free one)");
     }
     r.server->set(key, identity);
   }
@@ -226,8 +226,9 @@ SlurmRendezvous connectSlurmRendezvous(const Config& config, int generation) {
              me + " could not reach rank 0's rendezvous server at " + r.host + ":" +
                  std::to_string(r.port) + " (" + where + ") within " +
                  secondsText(config.start_timeout_seconds) +
-                 " s (TUTTI_START_TIMEOUT_SECONDS). Does task 0 run, with gloo too "
-                 "(TUTTI_CPU_OPERATIONS=gloo on every task)? Last error: " + last);
+                 " s (TUTTI_START_TIMEOUT_SECONDS). Did task 0 fail first (see its error), or does "
+                 "it run without gloo (TUTTI_CPU_OPERATIONS=gloo must be set for every task)? "
+                 "Last error: " + last);
 }
 
 }  // namespace detail

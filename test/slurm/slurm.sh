@@ -105,7 +105,7 @@ up() {
 
   cat > "$STATE/slurm.conf" <<CONF
 ClusterName=tutti-test
-SlurmctldHost=$node
+SlurmctldHost=$node(127.0.0.1)
 SlurmctldPort=$PORT
 SlurmdPort=$((PORT + 1))
 SlurmUser=root

@@ -13,6 +13,7 @@ without them. Environment (set by CTest): PROBE, INTEG_DIR, EXIT_DRIVER, WITH_MP
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -197,6 +198,23 @@ class GlooUnderSrun(SlurmCases, unittest.TestCase):
         self.assertNotEqual(rc, 0, out)
         self.assertIn("no job secret", out)
         self.assertIn("openssl rand -hex 32", out)
+        self.assertLess(took, 15, out)
+
+    def test_port_in_use_is_named(self):
+        """Another program holds the port: rank 0 says so; the others give up in time."""
+        holder = socket.socket()
+        holder.bind(("0.0.0.0", 0))
+        holder.listen(4)
+        port = holder.getsockname()[1]
+        try:
+            rc, out, took = self.srun(2, PROBE, "topology", TUTTI_START_TIMEOUT_SECONDS="3",
+                                      TUTTI_RENDEZVOUS_PORT=str(port))
+        finally:
+            holder.close()
+        self.assertNotEqual(rc, 0, out)
+        self.assertIn("rank 0: rendezvous server: cannot listen on *:%d" % port, out)
+        self.assertIn("set TUTTI_RENDEZVOUS_PORT", out)
+        self.assertIn("rank 1 could not reach rank 0's rendezvous server", out)
         self.assertLess(took, 15, out)
 
     def test_port_override_and_a_secret_file(self):
