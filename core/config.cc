@@ -79,7 +79,8 @@ const std::vector<ConfigVar>& configTable() {
        }},
       {"TUTTI_CPU_OPERATIONS", "enum", "(from the launcher)", "mpi, gloo, loopback",
        "Backend for CPU tensors and negotiation. Default: mpi under mpirun, gloo under "
-       "tuttirun --gloo, loopback for a single process.",
+       "tuttirun --gloo, loopback for a single process; under srun mpi when this build has "
+       "it, else gloo (set gloo to run without MPI: rank 0 then hosts the rendezvous).",
        [](const std::string& v, Config& c) {
          c.cpu_operations = parseChoice("TUTTI_CPU_OPERATIONS", v, {"mpi", "gloo", "loopback"});
        }},
@@ -137,15 +138,21 @@ const std::vector<ConfigVar>& configTable() {
        "Network interface for gloo's TCP pairs (tuttirun --network-interface).",
        [](const std::string& v, Config& c) { c.gloo_iface = v; }},
       {"TUTTI_RENDEZVOUS_ADDR", "string", "(unset)", "host or IP",
-       "Address of tuttirun's rendezvous server (set by tuttirun).",
+       "Address of tuttirun's rendezvous server (set by tuttirun). Under srun with gloo: the "
+       "address at which the other ranks reach rank 0's server (default: the first node of "
+       "SLURM_STEP_NODELIST).",
        [](const std::string& v, Config& c) { c.rendezvous_addr = v; }},
       {"TUTTI_RENDEZVOUS_PORT", "int", "0", "[0, 65535]",
-       "Port of tuttirun's rendezvous server (set by tuttirun).",
+       "Port of tuttirun's rendezvous server (set by tuttirun). Under srun with gloo: the "
+       "port rank 0's server listens on (default: 20000 + (SLURM_JOB_ID mod 750) * 16 + "
+       "SLURM_STEP_ID mod 16).",
        [](const std::string& v, Config& c) {
          c.rendezvous_port = static_cast<int>(parseInt("TUTTI_RENDEZVOUS_PORT", v, 0, 65535));
        }},
       {"TUTTI_SECRET", "string", "(unset)", "hex string",
-       "The job's rendezvous secret (set by tuttirun; never put it on a command line).",
+       "The job's rendezvous secret, hex (set by tuttirun; never put it on a command line). "
+       "Under srun with gloo: export it before srun or sbatch (at least 32 hex digits), or "
+       "keep one in ~/.tutti/secret (mode 0600).",
        [](const std::string& v, Config& c) { c.secret = v; }},
       {"TUTTI_SECRET_FILE", "string", "(unset)", "a file path",
        "File holding the job's secret, readable only by the user; used when TUTTI_SECRET is "
@@ -176,7 +183,9 @@ std::map<std::string, std::string> processEnvironment() {
 // size are measured at init (core/topology.h); what the launcher says of them is kept to be
 // checked. Slurm's SLURM_LOCALID/SLURM_NODEID are not Horovod's local/cross values on every
 // layout (SLURM_NTASKS_PER_NODE is set only with --ntasks-per-node; node ids count nodes,
-// not ranks with the same local rank), so Slurm gives rank and size only.
+// not ranks with the same local rank), so Slurm gives rank and size only, and only to a
+// task of a job step (SLURM_STEP_ID set: started by srun). A program run straight from an
+// sbatch script sees SLURM_PROCID=0 and the job's SLURM_NTASKS too, yet it is one process.
 Topology parseTopology(const std::map<std::string, std::string>& env) {
   struct Source {
     const char* label;
@@ -187,7 +196,7 @@ Topology parseTopology(const std::map<std::string, std::string>& env) {
        "TUTTI_CROSS_RANK", "TUTTI_CROSS_SIZE"},
       {"Open MPI", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
        "OMPI_COMM_WORLD_LOCAL_SIZE", nullptr, nullptr},
-      {"Slurm", "SLURM_PROCID", "SLURM_NTASKS", nullptr, nullptr, nullptr, nullptr},
+      {"Slurm", "SLURM_PROCID", "SLURM_STEP_NUM_TASKS", nullptr, nullptr, nullptr, nullptr},
   };
   auto has = [&](const char* key) {
     if (key == nullptr) return false;
@@ -199,6 +208,7 @@ Topology parseTopology(const std::map<std::string, std::string>& env) {
   };
   for (const auto& s : sources) {
     if (!has(s.rank) || !has(s.size)) continue;
+    if (s.rank == std::string("SLURM_PROCID") && !has("SLURM_STEP_ID")) continue;
     Topology t;
     t.source = s.label;
     t.size = get(s.size, 1, 1 << 24);
@@ -221,6 +231,24 @@ Topology parseTopology(const std::map<std::string, std::string>& env) {
   return Topology();
 }
 
+SlurmStep parseSlurmStep(const std::map<std::string, std::string>& env) {
+  auto get = [&](const char* key) {
+    auto it = env.find(key);
+    return it == env.end() ? std::string() : it->second;
+  };
+  SlurmStep step;
+  step.job_id = get("SLURM_JOB_ID");
+  step.step_id = get("SLURM_STEP_ID");
+  step.node_list = get("SLURM_STEP_NODELIST");
+  if (step.node_list.empty()) step.node_list = get("SLURM_JOB_NODELIST");
+  if (!get("SLURM_NODEID").empty())
+    step.node_id = static_cast<int>(parseInt("SLURM_NODEID", get("SLURM_NODEID"), 0, 1 << 24));
+  step.node_name = get("SLURMD_NODENAME");
+  step.pmi = !get("PMIX_RANK").empty() || !get("PMI_RANK").empty() || !get("PMI_FD").empty();
+  step.home = get("HOME");
+  return step;
+}
+
 }  // namespace
 
 Config parseConfig(const std::map<std::string, std::string>* env_in) {
@@ -233,6 +261,7 @@ Config parseConfig(const std::map<std::string, std::string>* env_in) {
     if (it != env.end()) var.parse(it->second, config);
   }
   config.topology = parseTopology(env);
+  if (config.topology.source == "Slurm") config.slurm = parseSlurmStep(env);
   return config;
 }
 

@@ -22,6 +22,18 @@ struct Topology {
   bool local_given = false, cross_given = false;
 };
 
+// What Slurm gives every task of a job step started by srun (all empty/-1 otherwise). The gloo
+// transport finds rank 0's in-process rendezvous server from it; the MPI transport checks that
+// Open MPI has a PMI to reach.
+struct SlurmStep {
+  std::string job_id, step_id;  // SLURM_JOB_ID, SLURM_STEP_ID
+  std::string node_list;        // SLURM_STEP_NODELIST (hostlist syntax: "n[1-3,5]")
+  int node_id = -1;             // SLURM_NODEID: this task's node, an index into node_list
+  std::string node_name;        // SLURMD_NODENAME
+  bool pmi = false;             // PMIX_RANK or PMI_RANK/PMI_FD: srun --mpi=pmix (or pmi2)
+  std::string home;             // HOME: where ~/.tutti/secret is looked for
+};
+
 struct Config {
   int64_t fusion_threshold = 128ll << 20;
   double cycle_time_ms = 1.0;
@@ -39,6 +51,7 @@ struct Config {
   int rendezvous_port = 0;
   std::string secret;       // job secret (TUTTI_SECRET or read from TUTTI_SECRET_FILE)
   Topology topology;
+  SlurmStep slurm;          // set when topology.source == "Slurm"
 };
 
 struct ConfigVar {

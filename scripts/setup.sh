@@ -5,6 +5,10 @@
 #
 # Debian packages (both releases have these names; the versions differ: Open MPI 4 / 5,
 # Catch2 2 / 3, gloo snapshots, torch 1.13 / 2.6 for Debian's python3 — CMake adapts).
+# Slurm (slurmctld, slurmd, slurm-client, munge) is for test/slurm, which starts its own
+# one-node Slurm; installing it starts no daemon where policy-rc.d forbids it (containers),
+# and test/slurm/slurm.sh uses its own key, config and ports either way. Open MPI reaches
+# Slurm's PMIx plugin (srun --mpi=pmix) through Debian's libpmix, a dependency of both.
 # Optional packages missing from the release (e.g. python3-torch) are skipped with a notice;
 # the tests that need them are then not registered.
 #
@@ -25,6 +29,7 @@ REQUIRED=(
   python3-venv
   libssl-dev
   openssh-client openssh-server iproute2 procps
+  slurmctld slurmd slurm-client munge
 )
 OPTIONAL=(python3-torch libtorch-dev python3-matplotlib)
 TORCH_VERSION=${TORCH_VERSION:-2.13.0}
@@ -64,6 +69,11 @@ else
     echo "setup: installing ${to_install[*]}"
     $SUDO apt-get install -y -q --no-install-recommends "${to_install[@]}"
   fi
+fi
+
+if ! ls /usr/lib/*/slurm-wlm/mpi_pmix*.so >/dev/null 2>&1; then
+  echo "setup: notice: this Slurm has no PMIx plugin (srun --mpi=list); the MPI-under-srun" \
+       "tests are skipped"
 fi
 
 # NCCL: the backend is built wherever CUDA's nvcc is installed. Where NCCL is not beside CUDA,

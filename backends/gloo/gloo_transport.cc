@@ -1,5 +1,6 @@
 // gloo transport.
-//  1. Connect to tuttirun's rendezvous server (RendezvousClient, HMAC-authenticated).
+//  1. Connect to tuttirun's rendezvous server (RendezvousClient, HMAC-authenticated); under
+//     plain srun rank 0 hosts the server itself (backends/gloo/slurm_rendezvous.h).
 //  2. Open one gloo TCP device on TUTTI_GLOO_IFACE, or else on the local address that
 //     routes to the rendezvous server (127.0.0.1 for a single-host job).
 //  3. Per process set and plane ("control" / "data"): a gloo::rendezvous::Context over a
@@ -13,6 +14,7 @@
 #include "backends/gloo/gloo_backend.h"
 #include "backends/gloo/gloo_group.h"
 #include "backends/gloo/rendezvous_client.h"
+#include "backends/gloo/slurm_rendezvous.h"
 
 #include <gloo/common/error.h>
 #include <gloo/common/logging.h>
@@ -43,7 +45,8 @@ std::string localAddressToward(const std::string& host, int port) {
   addrinfo* list = nullptr;
   if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &list) != 0 || !list)
     throwError(StatusCode::kInvalidArgument,
-               "gloo: cannot resolve TUTTI_RENDEZVOUS_ADDR '" + host + "'");
+               "gloo: cannot resolve the rendezvous host '" + host +
+                   "' (TUTTI_RENDEZVOUS_ADDR, or under srun the first node of the step)");
   std::string result;
   for (addrinfo* ai = list; ai && result.empty(); ai = ai->ai_next) {
     int fd = ::socket(ai->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
@@ -88,22 +91,32 @@ class GlooTransport : public Transport {
         size_(config.topology.size),
         generation_(transports_made++) {
     ignoreSigpipe();
-    if (config.rendezvous_addr.empty() || config.rendezvous_port <= 0)
-      throwError(StatusCode::kInvalidArgument,
-                 "TUTTI_CPU_OPERATIONS=gloo needs TUTTI_RENDEZVOUS_ADDR and "
-                 "TUTTI_RENDEZVOUS_PORT (start the job with tuttirun)");
     if (rank_ < 0 || rank_ >= size_)
       throwError(StatusCode::kInvalidArgument, "gloo: rank " + std::to_string(rank_) +
                                                    " outside a world of " +
                                                    std::to_string(size_));
-    store_ = std::make_unique<detail::RendezvousClient>(
-        config.rendezvous_addr, config.rendezvous_port, detail::decodeHexSecret(config.secret),
-        config.start_timeout_seconds, rank_);
+    std::string host = config.rendezvous_addr;
+    int port = config.rendezvous_port;
+    if (config.topology.source == "Slurm") {
+      auto slurm = detail::connectSlurmRendezvous(config, generation_);
+      server_ = std::move(slurm.server);
+      store_ = std::move(slurm.client);
+      host = slurm.host;
+      port = slurm.port;
+    } else {
+      if (host.empty() || port <= 0)
+        throwError(StatusCode::kInvalidArgument,
+                   "TUTTI_CPU_OPERATIONS=gloo needs TUTTI_RENDEZVOUS_ADDR and "
+                   "TUTTI_RENDEZVOUS_PORT (start the job with tuttirun, or with srun)");
+      store_ = std::make_unique<detail::RendezvousClient>(
+          host, port, detail::decodeHexSecret(config.secret), config.start_timeout_seconds,
+          rank_);
+    }
     gloo::transport::tcp::attr attr;
     if (!config.gloo_iface.empty()) {
       attr.iface = config.gloo_iface;
     } else {
-      attr.hostname = localAddressToward(config.rendezvous_addr, config.rendezvous_port);
+      attr.hostname = localAddressToward(host, port);
     }
     try {
       device_ = gloo::transport::tcp::CreateDevice(attr);
@@ -174,6 +187,7 @@ class GlooTransport : public Transport {
   const Config config_;
   const int rank_, size_;
   const int generation_;
+  std::unique_ptr<detail::RendezvousServer> server_;  // rank 0 under srun; outlives store_
   std::unique_ptr<detail::RendezvousClient> store_;
   std::shared_ptr<gloo::transport::Device> device_;
   std::map<std::pair<int, std::string>, int> epochs_;

@@ -29,8 +29,22 @@ const char* threadLevelName(int level) {
   return "an unknown thread level";
 }
 
+// Open MPI started by srun learns its peers only through the PMIx (or PMI-2) server of
+// Slurm's MPI plugin; with none it cannot wire up, so say what to do before MPI_Init.
+void checkSlurmPmi(const Config& config) {
+  if (config.topology.source != "Slurm" || config.slurm.pmi) return;
+  throwError(StatusCode::kInvalidArgument,
+             "mpi transport: rank " + std::to_string(config.topology.rank) + " of " +
+                 std::to_string(config.topology.size) + " was started by srun (Slurm step " +
+                 config.slurm.job_id + "." + config.slurm.step_id +
+                 ") without a PMI that Open MPI can use (no PMIX_RANK, PMI_RANK or PMI_FD), "
+                 "so MPI_Init could not reach the other tasks. Run srun --mpi=pmix (`srun "
+                 "--mpi=list` shows the plugins this Slurm has; MpiDefault=pmix in slurm.conf "
+                 "makes it the default), or use gloo: TUTTI_CPU_OPERATIONS=gloo");
+}
+
 // Initializes MPI unless the program did; Tutti's MPI is finalized at exit.
-void initializeMpi() {
+void initializeMpi(const Config& config) {
   int initialized = 0, finalized = 0;
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
@@ -49,6 +63,7 @@ void initializeMpi() {
                      "MPI_Init_thread(..., MPI_THREAD_MULTIPLE, ...) or let Tutti initialize MPI");
     return;
   }
+  checkSlurmPmi(config);
   detail::checkMpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided),
                    "MPI_Init_thread", "mpi transport");
   detail::rememberMpiProcess();
@@ -70,7 +85,7 @@ class MpiTransport : public Transport {
       throwError(StatusCode::kInvalidArgument,
                  "mpi transport: max message elements must be in [1, INT_MAX], got " +
                      std::to_string(max_message_elements));
-    initializeMpi();  // MPI stays up until exit, also when this constructor throws
+    initializeMpi(config);  // MPI stays up until exit, also when this constructor throws
     detail::checkMpi(MPI_Comm_rank(MPI_COMM_WORLD, &rank_), "MPI_Comm_rank", "mpi transport");
     detail::checkMpi(MPI_Comm_size(MPI_COMM_WORLD, &size_), "MPI_Comm_size", "mpi transport");
     shared_ = std::make_shared<MpiShared>(max_message_elements);

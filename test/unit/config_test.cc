@@ -78,11 +78,25 @@ TEST_CASE("rank and size come from tuttirun, then Open MPI, then Slurm") {
   CHECK((t.local_given && !t.cross_given));  // Open MPI has no cross rank: measured
 
   // Plain `srun -n 3`: no SLURM_NTASKS_PER_NODE; local values are measured, not parsed.
-  Env slurm = {{"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "3"}, {"SLURM_LOCALID", "1"},
-               {"SLURM_NODEID", "0"}, {"SLURM_NNODES", "1"}};
-  t = parseConfig(&slurm).topology;
+  Env slurm = {{"SLURM_PROCID", "1"},         {"SLURM_STEP_NUM_TASKS", "3"},
+               {"SLURM_NTASKS", "3"},         {"SLURM_LOCALID", "1"},
+               {"SLURM_NODEID", "0"},         {"SLURM_NNODES", "1"},
+               {"SLURM_STEP_ID", "0"},        {"SLURM_JOB_ID", "17"},
+               {"SLURM_STEP_NODELIST", "n[1-2]"}, {"SLURMD_NODENAME", "n1"}};
+  Config c = parseConfig(&slurm);
+  t = c.topology;
   CHECK(t.source == "Slurm");
   CHECK((t.rank == 1 && t.size == 3 && !t.local_given && !t.cross_given));
+  CHECK((c.slurm.job_id == "17" && c.slurm.step_id == "0" && c.slurm.node_list == "n[1-2]" &&
+         c.slurm.node_id == 0 && c.slurm.node_name == "n1" && !c.slurm.pmi));
+  slurm["PMIX_RANK"] = "1";
+  CHECK(parseConfig(&slurm).slurm.pmi);
+
+  // A program run straight from an sbatch script (no job step) is one process, although
+  // Slurm sets SLURM_PROCID=0 and the job's SLURM_NTASKS there.
+  Env batch = {{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "3"}, {"SLURM_JOB_ID", "17"}};
+  t = parseConfig(&batch).topology;
+  CHECK((t.source == "single process" && t.rank == 0 && t.size == 1));
 }
 
 TEST_CASE("the secret can come from a file") {

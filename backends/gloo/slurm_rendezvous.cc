@@ -1,0 +1,235 @@
+#include "backends/gloo/slurm_rendezvous.h"
+
+#include "core/common.h"
+
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <thread>
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace tutti {
+namespace detail {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+[[noreturn]] void badList(const std::string& what, const std::string& list,
+                          const std::string& why) {
+  throwError(StatusCode::kInvalidArgument,
+             what + "='" + list + "': expected a Slurm host list such as 'n[1-3,5],m7' (" +
+                 why + ")");
+}
+
+uint64_t parseId(const std::string& name, const std::string& value) {
+  char* end = nullptr;
+  errno = 0;
+  unsigned long long v = std::strtoull(value.c_str(), &end, 10);
+  if (value.empty() || errno != 0 || *end != '\0' || value[0] == '-')
+    throwError(StatusCode::kInvalidArgument,
+               name + "='" + value + "': expected a number (to derive the gloo rendezvous "
+                                     "port; set TUTTI_RENDEZVOUS_PORT instead)");
+  return v;
+}
+
+// Appends the names `prefix` + each of `ranges` + the expansion of `rest`.
+void expandEntry(const std::string& prefix, const std::string& rest, const std::string& list,
+                 const std::string& what, size_t max_hosts, std::vector<std::string>& out) {
+  const size_t open = rest.find('[');
+  if (open == std::string::npos) {
+    if (rest.find(']') != std::string::npos) badList(what, list, "a ']' without '['");
+    if (out.size() >= max_hosts)
+      badList(what, list, "more than " + std::to_string(max_hosts) + " hosts");
+    out.push_back(prefix + rest);
+    return;
+  }
+  const size_t close = rest.find(']', open);
+  if (close == std::string::npos) badList(what, list, "a '[' without ']'");
+  const std::string head = prefix + rest.substr(0, open);
+  const std::string tail = rest.substr(close + 1);
+  const std::string body = rest.substr(open + 1, close - open - 1);
+  if (body.empty()) badList(what, list, "empty brackets");
+  for (size_t pos = 0; pos <= body.size();) {
+    size_t comma = body.find(',', pos);
+    if (comma == std::string::npos) comma = body.size();
+    const std::string range = body.substr(pos, comma - pos);
+    const size_t dash = range.find('-');
+    const std::string lo = range.substr(0, dash);
+    const std::string hi = dash == std::string::npos ? lo : range.substr(dash + 1);
+    auto digits = [](const std::string& s) {
+      return !s.empty() && s.size() <= 9 && s.find_first_not_of("0123456789") == std::string::npos;
+    };
+    if (!digits(lo) || !digits(hi)) badList(what, list, "range '" + range + "' is not a-b");
+    const long first = std::stol(lo), last = std::stol(hi);
+    if (last < first) badList(what, list, "range '" + range + "' runs backwards");
+    for (long n = first; n <= last; ++n) {
+      std::string number = std::to_string(n);
+      if (number.size() < lo.size()) number.insert(0, lo.size() - number.size(), '0');
+      expandEntry(head + number, tail, list, what, max_hosts, out);
+    }
+    pos = comma + 1;
+  }
+}
+
+std::string readSecretFile(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return std::string();
+  if (!S_ISREG(st.st_mode) || st.st_uid != ::getuid() || (st.st_mode & 077) != 0)
+    throwError(StatusCode::kInvalidArgument,
+               "gloo under srun: " + path + " must be a regular file of this user (uid " +
+                   std::to_string(::getuid()) + ") that no one else can read, got owner uid " +
+                   std::to_string(st.st_uid) + " and mode 0" +
+                   std::to_string((st.st_mode >> 6 & 7) * 100 + (st.st_mode >> 3 & 7) * 10 +
+                                  (st.st_mode & 7)) +
+                   ": chmod 600 " + path);
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);
+  return decodeHexSecret(line);
+}
+
+}  // namespace
+
+std::vector<std::string> expandHostlist(const std::string& list, const std::string& what,
+                                        size_t max_hosts) {
+  std::vector<std::string> out;
+  int depth = 0;
+  size_t start = 0;
+  for (size_t i = 0; i <= list.size(); ++i) {
+    const char ch = i < list.size() ? list[i] : ',';
+    if (ch == '[') ++depth;
+    if (ch == ']') --depth;
+    if (depth < 0 || depth > 1) badList(what, list, "unbalanced or nested brackets");
+    if (ch == ',' && depth == 0) {
+      const std::string entry = list.substr(start, i - start);
+      if (entry.empty()) badList(what, list, "an empty name");
+      expandEntry("", entry, list, what, max_hosts, out);
+      start = i + 1;
+    }
+  }
+  if (depth != 0) badList(what, list, "a '[' without ']'");
+  return out;
+}
+
+int slurmRendezvousPort(const std::string& job_id, const std::string& step_id) {
+  const uint64_t job = parseId("SLURM_JOB_ID", job_id) % 750;
+  const uint64_t step = parseId("SLURM_STEP_ID", step_id) % 16;
+  return static_cast<int>(20000 + job * 16 + step);
+}
+
+std::string slurmSecret(const Config& config) {
+  std::string secret;
+  std::string from = "TUTTI_SECRET";
+  if (!config.secret.empty()) {
+    secret = decodeHexSecret(config.secret);
+  } else if (!config.slurm.home.empty()) {
+    from = config.slurm.home + "/.tutti/secret";
+    secret = readSecretFile(from);
+  }
+  if (secret.empty())
+    throwError(StatusCode::kInvalidArgument,
+               "gloo under srun: no job secret for the rendezvous server rank 0 hosts (an "
+               "unauthenticated one would let anyone who reaches its port into the job). "
+               "Either export TUTTI_SECRET=$(openssl rand -hex 32) before srun or sbatch (srun "
+               "passes the environment to every task), or make a key file once, on a home "
+               "directory every node shares: mkdir -p ~/.tutti && (umask 077 && openssl rand "
+               "-hex 32 > ~/.tutti/secret)");
+  if (secret.size() < 16)
+    throwError(StatusCode::kInvalidArgument,
+               "gloo under srun: the secret from " + from + " has " +
+                   std::to_string(secret.size()) +
+                   " bytes; it needs at least 16 (32 hex digits: openssl rand -hex 32)");
+  return secret;
+}
+
+SlurmRendezvous connectSlurmRendezvous(const Config& config, int generation) {
+  const SlurmStep& step = config.slurm;
+  const int rank = config.topology.rank;
+  const auto deadline = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(
+                                           config.start_timeout_seconds * 1000.0));
+  SlurmRendezvous r;
+  std::string where;
+  if (!config.rendezvous_addr.empty()) {
+    r.host = config.rendezvous_addr;
+    where = "TUTTI_RENDEZVOUS_ADDR";
+  } else {
+    const auto nodes = expandHostlist(step.node_list, "SLURM_STEP_NODELIST");
+    r.host = nodes.front();
+    where = "the first node of SLURM_STEP_NODELIST '" + step.node_list + "'";
+  }
+  r.port = config.rendezvous_port > 0 ? config.rendezvous_port
+                                      : slurmRendezvousPort(step.job_id, step.step_id);
+  where += config.rendezvous_port > 0 ? ", port from TUTTI_RENDEZVOUS_PORT"
+                                      : ", port from SLURM_JOB_ID " + step.job_id +
+                                            " and SLURM_STEP_ID " + step.step_id;
+  const std::string secret = slurmSecret(config);
+  const std::string key = "tutti/slurm/t" + std::to_string(generation);
+  const std::string identity = step.job_id + "." + step.step_id;
+  const std::string me = "gloo under srun: rank " + std::to_string(rank);
+  if (rank == 0) {
+    if (config.rendezvous_addr.empty() && step.node_id > 0)
+      throwError(StatusCode::kInvalidArgument,
+                 me + " runs on node " + step.node_name + " (SLURM_NODEID " +
+                     std::to_string(step.node_id) + "), but the other ranks look for its "
+                     "rendezvous server on " + r.host + ", " + where +
+                     ". Use srun's block or cyclic distribution, or set "
+                     "TUTTI_RENDEZVOUS_ADDR to task 0's host");
+    RendezvousServerOptions options;
+    options.port = r.port;
+    options.message_seconds = std::max(1.0, config.start_timeout_seconds);
+    try {
+      r.server = std::make_unique<RendezvousServer>(secret, options);
+    } catch (const Error& e) {
+      throwError(e.code(), me + ": " + e.what() + " (" + where +
+                               "; another program on this node may hold the port: set "
+                               "TUTTI_RENDEZVOUS_PORT to a free one)");
+    }
+    r.server->set(key, identity);
+  }
+  // Ask until the deadline: rank 0 may not listen yet, or an earlier server of this job
+  // (the previous init) may still be going away.
+  std::string last = "no attempt";
+  for (;;) {
+    const double left = std::chrono::duration<double>(deadline - Clock::now()).count();
+    if (left <= 0) break;
+    std::string value;
+    std::unique_ptr<RendezvousClient> client;
+    try {
+      client = std::make_unique<RendezvousClient>(r.host, r.port, secret, left, rank);
+      client->wait({key}, std::chrono::milliseconds(
+                              std::max<int64_t>(1, std::min<int64_t>(1000, left * 1000))));
+      const std::vector<char> got = client->get(key);
+      value.assign(got.begin(), got.end());
+    } catch (const Error& e) {
+      last = e.what();
+      if (last.find("HMAC") != std::string::npos ||
+          last.find("failed authentication") != std::string::npos)
+        throwError(StatusCode::kBackend,
+                   me + ": the server at " + r.host + ":" + std::to_string(r.port) + " (" +
+                       where + ") does not share this job's secret: is another job using the "
+                       "port, or do the tasks see different secrets? (" + last + ")");
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      continue;
+    }
+    if (value != identity)
+      throwError(StatusCode::kBackend,
+                 me + ": the rendezvous server at " + client->endpoint() +
+                     " belongs to Slurm step " + value + ", not to this step " + identity +
+                     " (" + where + "): set TUTTI_RENDEZVOUS_PORT to a free port");
+    r.client = std::move(client);
+    return r;
+  }
+  throwError(StatusCode::kTimeout,
+             me + " could not reach rank 0's rendezvous server at " + r.host + ":" +
+                 std::to_string(r.port) + " (" + where + ") within " +
+                 secondsText(config.start_timeout_seconds) +
+                 " s (TUTTI_START_TIMEOUT_SECONDS). Did task 0 fail first (see its error), or does "
+                 "it run without gloo (TUTTI_CPU_OPERATIONS=gloo must be set for every task)? "
+                 "Last error: " + last);
+}
+
+}  // namespace detail
+}  // namespace tutti
