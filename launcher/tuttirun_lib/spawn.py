@@ -99,7 +99,10 @@ def remote_command(host, command, env, cwd, secret, ssh_port=None, ssh_identity=
         "wait $pid; rc=$?; kill $watchdog 2>/dev/null; exit $rc"
         % (SECRET_ENV, SECRET_ENV, shlex.quote(cwd), assignments,
            " ".join(shlex.quote(a) for a in command)))
-    argv = ["ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=accept-new"]
+    # ServerAlive*: ssh ends (code 255) when the host stops answering for 15 s, so a lost
+    # host ends the job even where no rank would notice before TUTTI_TIMEOUT_SECONDS.
+    argv = ["ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=accept-new",
+            "-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3"]
     if connect_timeout:
         argv += ["-o", "ConnectTimeout=%d" % max(1, int(connect_timeout))]
     if ssh_port:

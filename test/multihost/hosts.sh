@@ -115,6 +115,8 @@ StrictModes no
 PidFile $STATE/sshd-$i.pid
 MaxStartups 100:30:200
 MaxSessions 100
+ClientAliveInterval 2
+ClientAliveCountMax 3
 EOF
     # -D: sshd stays in the foreground of this background job; its pid lands in the PidFile.
     ip netns exec "$n" unshare --uts sh -c \
