@@ -5,12 +5,11 @@ import os
 import secrets
 import shlex
 import signal
-import subprocess
 import sys
 
 from . import hosts as hostlib
 from .compat import add_horovodrun_flags
-from .mpi import MpiOptions, mpirun_command
+from .mpi import MpiOptions, mpirun_command, run_mpirun
 from .rendezvous import RendezvousServer
 from .spawn import SECRET_ENV, Job, OutputForwarder, remote_command
 
@@ -208,26 +207,7 @@ def run_mpi(args, host_list, env):
         print("tuttirun: " + " ".join(shlex.quote(a) for a in argv), flush=True)
     if args.dry_run:
         return 0
-    try:
-        # In a session of its own, like gloo workers: a terminal's Ctrl-C reaches tuttirun
-        # only, which forwards it once (mpirun given SIGINT twice exits at once and may
-        # leave ranks behind). It dies with tuttirun (PR_SET_PDEATHSIG).
-        proc = subprocess.Popen(argv, start_new_session=True, preexec_fn=Job.preexec())
-    except FileNotFoundError:
-        fail("mpirun not found on PATH (Open MPI is needed for --mpi)", 127)
-    received = []
-
-    def forward(signum, _frame):
-        received.append(signum)
-        if len(received) == 1:  # once: mpirun takes a second SIGINT as "exit now"
-            proc.send_signal(signum)
-
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, forward)
-    code = proc.wait()
-    if received:  # mpirun exits 1 after forwarding a signal: report the signal, as --gloo
-        return 128 + received[0]
-    return 128 - code if code < 0 else code
+    return run_mpirun(argv)
 
 
 def run_gloo(args, host_list, env):

@@ -46,8 +46,8 @@ class OutputForwarder:
         self.prefix = prefix
         self.threads = []
 
-    def attach(self, rank, name, pipe, on_remote_pid=None):
-        """on_remote_pid: called with the pid a remote script reports (then not forwarded)."""
+    def attach(self, rank, name, pipe, watch=None):
+        """watch(line): sees every line first; a line it returns True for is not forwarded."""
         sink = None
         if self.output_dir:
             directory = os.path.join(self.output_dir, "rank.%d" % rank)
@@ -55,20 +55,16 @@ class OutputForwarder:
             sink = open(os.path.join(directory, name), "wb")
         target = sys.stdout.buffer if name == "stdout" else sys.stderr.buffer
         tag = ("[%d]<%s>:" % (rank, name)).encode()
-        t = threading.Thread(target=self._pump, args=(pipe, target, tag, sink, on_remote_pid),
+        t = threading.Thread(target=self._pump, args=(pipe, target, tag, sink, watch),
                              daemon=True)
         t.start()
         self.threads.append(t)
 
-    def _pump(self, pipe, target, tag, sink, on_remote_pid):
+    def _pump(self, pipe, target, tag, sink, watch):
         try:
             for line in iter(pipe.readline, b""):
-                if on_remote_pid and line.startswith(REMOTE_PID_MARK):
-                    value = line[len(REMOTE_PID_MARK):].strip()
-                    if value.isdigit():
-                        on_remote_pid(int(value))
-                        on_remote_pid = None
-                        continue
+                if watch and watch(line):
+                    continue
                 if not line.endswith(b"\n"):
                     line += b"\n"
                 with self.lock:
@@ -129,6 +125,15 @@ class Worker:
         self.slot, self.popen, self.where = slot, popen, where
         self.returncode = None
         self.remote_pid = None  # a remote worker's pid on its host, once its script said
+
+    def watch_stderr(self, line):
+        """Takes the remote script's report of the worker's pid out of its stderr."""
+        if self.remote_pid is None and line.startswith(REMOTE_PID_MARK):
+            value = line[len(REMOTE_PID_MARK):].strip()
+            if value.isdigit():
+                self.remote_pid = int(value)
+                return True
+        return False
 
     @property
     def rank(self):
@@ -213,8 +218,7 @@ class Job:
             self.forwarder.attach(w.rank, "stdout", w.popen.stdout)
             remote = w.popen.stdin is not None
             self.forwarder.attach(w.rank, "stderr", w.popen.stderr,
-                                  (lambda pid, w=w: setattr(w, "remote_pid", pid))
-                                  if remote else None)
+                                  w.watch_stderr if remote else None)
 
     def on_signal(self, signum, _frame):
         self.interrupted = signum
