@@ -96,14 +96,19 @@ TEST_CASE("the secret can come from a file") {
   CHECK_THROWS_AS(parseConfig(&missing), Error);
 }
 
-TEST_CASE("docs/env_vars.md lists every variable of the config table") {
+static std::string envVarsDoc() {
   std::ifstream in(std::string(TUTTI_SOURCE_DIR) + "/docs/env_vars.md");
   REQUIRE(in.good());
   std::stringstream doc;
   doc << in.rdbuf();
+  return doc.str();
+}
+
+TEST_CASE("docs/env_vars.md lists every variable of the config table") {
+  const std::string doc = envVarsDoc();
   for (const auto& var : configTable()) {
     INFO(var.name);
-    CHECK(doc.str().find(std::string("`") + var.name + "`") != std::string::npos);
+    CHECK(doc.find(std::string("`") + var.name + "`") != std::string::npos);
   }
   CHECK(configMarkdown().find("| `TUTTI_CYCLE_TIME_MS` | float | 1 |") != std::string::npos);
 }
@@ -139,15 +144,12 @@ TEST_CASE("HOROVOD_ variables are read as their TUTTI_ twins; a TUTTI_ value win
 }
 
 TEST_CASE("every HOROVOD_ twin names a variable of the table and is documented") {
-  std::ifstream in(std::string(TUTTI_SOURCE_DIR) + "/docs/env_vars.md");
-  REQUIRE(in.good());
-  std::stringstream doc;
-  doc << in.rdbuf();
+  const std::string doc = envVarsDoc();
   for (const auto& twin : horovodTwins()) {
     INFO(twin.horovod);
     bool known = false;
     for (const auto& var : configTable()) known = known || std::string(var.name) == twin.tutti;
     CHECK(known);
-    CHECK(doc.str().find(std::string("`") + twin.horovod + "`") != std::string::npos);
+    CHECK(doc.find(std::string("`") + twin.horovod + "`") != std::string::npos);
   }
 }
