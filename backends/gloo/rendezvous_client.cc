@@ -175,11 +175,13 @@ bool RendezvousClient::tryConnectLocked(TimePoint deadline, std::string& why) {
     why = "no hello: " + why;
     return false;  // dropped while the server was flooded, say: retry
   }
-  if (hello.compare(0, 4, "TUTH") != 0 || hello[4] != kVersion)
+  if (hello.compare(0, 4, "TUTH") != 0 || hello[4] != kVersion) {
+    closeLocked();
     throwError(StatusCode::kBackend,
                "gloo rendezvous: rank " + std::to_string(rank_) + ": " + endpoint() +
                    " did not answer with a tuttirun rendezvous hello of protocol version " +
                    std::to_string(kVersion) + " (is it this job's tuttirun, of this version?)");
+  }
   nonce_ = hello.substr(5, 16);
   seq_ = 0;
   if (!sendLocked("TUTC" + hmac(secret_, "tutti-rdzv-auth" + nonce_), deadline, why))

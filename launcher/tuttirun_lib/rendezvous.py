@@ -173,12 +173,16 @@ class RendezvousServer:
                     drop(conn)
                 wake = next(iter(pending.values())).deadline - now if pending else 0.25
                 for key, _ in sel.select(min(max(wake, 0.0), 0.25)):
-                    if key.fileobj is self._listener:
-                        self._accept_some(sel, pending, drop)
-                    elif key.fileobj in pending:
-                        self._read_proof(key.fileobj, pending[key.fileobj], sel, pending)
-        except Exception as e:  # the loop must not die silently: ranks would wait in vain
-            self.last_error = repr(e)
+                    conn = key.fileobj
+                    try:
+                        if conn is self._listener:
+                            self._accept_some(sel, pending, drop)
+                        elif conn in pending:
+                            self._read_proof(conn, pending[conn], sel, pending)
+                    except Exception as e:  # one connection's trouble ends it, not the loop
+                        self.last_error = repr(e)
+                        if conn in pending:
+                            drop(conn)
         finally:
             for conn in list(pending):
                 conn.close()
@@ -236,8 +240,13 @@ class RendezvousServer:
                          "are taken; retry" % self.max_connections, count=False)
             conn.close()
             return
-        conn.setblocking(True)
-        threading.Thread(target=self._serve, args=(conn, state.nonce), daemon=True).start()
+        try:
+            conn.setblocking(True)
+            threading.Thread(target=self._serve, args=(conn, state.nonce), daemon=True).start()
+        except Exception:  # no thread to be had, say: the slot and the socket go back
+            self._slots.release()
+            conn.close()
+            raise
 
     def _serve(self, conn, nonce):
         try:
