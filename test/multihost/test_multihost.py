@@ -249,7 +249,10 @@ class FaultTest(MultiHostCase):
     # make Open MPI notice the lost host (the order of a real job: 30 minutes), mpirun ends
     # the job naming the host. With a shorter one a rank's MPI_Abort comes first, which
     # mpirun retransmits toward the lost host for minutes: tuttirun stops it. Its daemon on
-    # the lost host, stuck the same way, ends once the host is back.
+    # the lost host, stuck the same way, ends once the host is back. (Under gloo with a long
+    # deadline ssh's keepalive ends the job 15-20 s after the loss, "rank 2 (pid N on
+    # tutti-h2): ssh exited with code 255 (the connection to tutti-h2 failed or was lost)":
+    # checked by hand, left out to keep this suite short.)
     def test_link_down(self):
         cases = [
             ("--gloo", 4, r"timed out (receiving from|sending to) world rank\(s\) [23]", True),
