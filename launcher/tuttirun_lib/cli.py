@@ -31,7 +31,9 @@ def make_parser():
     p = argparse.ArgumentParser(
         prog="tuttirun", usage="tuttirun -np N [options] command [args...]",
         description="Launch a Tutti job: N copies of COMMAND with ranks, rendezvous and "
-                    "secret in their environment. See docs/launcher.md.")
+                    "secret in their environment. See docs/launcher.md.",
+        epilog="horovodrun's other flags are known too: those of work not built yet stop "
+               "with a pointer (docs/launcher.md, 'From horovodrun').")
     p.add_argument("-v", "--version", action="store_true", help="print the version and exit")
     p.add_argument("-np", "--num-proc", dest="np", type=int, help="number of processes")
     where = p.add_mutually_exclusive_group()
