@@ -196,11 +196,11 @@ def forwarded_environment():
 
 def run_mpi(args, host_list, env):
     env = dict(env, TUTTI_CPU_OPERATIONS="mpi")
-    if host_list and not all(hostlib.is_local(h) for h, _ in host_list):
+    remote = bool(host_list) and not all(hostlib.is_local(h) for h, _ in host_list)
+    if remote:
         # mpirun passes remote ranks only what -x names: name the whole environment (by
         # name only: mpirun reads the values from its own environment, off the command line).
         env = dict(dict.fromkeys(forwarded_environment()), **env)
-    remote = bool(host_list) and not all(hostlib.is_local(h) for h, _ in host_list)
     options = MpiOptions(output_dir=args.output_filename, nics=args.nics, tcp=args.tcp,
                          binding_args=args.binding_args, extra_args=args.mpi_args,
                          remote=remote)

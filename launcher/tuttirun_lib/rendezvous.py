@@ -155,7 +155,7 @@ class RendezvousServer:
     def _accept_loop(self):
         sel = selectors.DefaultSelector()
         sel.register(self._listener, selectors.EVENT_READ)
-        pending = collections.OrderedDict()  # socket -> _Pending, oldest (earliest deadline) first
+        pending = collections.OrderedDict()  # socket -> _Pending, oldest (first deadline) first
 
         def drop(conn):
             sel.unregister(conn)
