@@ -1,7 +1,9 @@
 #include "core/config.h"
 
 #include "core/common.h"
+#include "core/logging.h"
 
+#include <cctype>
 #include <cerrno>
 #include <cstdlib>
 #include <fstream>
@@ -46,11 +48,14 @@ bool parseBool(const char* name, const std::string& value) {
   badValue(name, value, "one of 1, 0, true, false, yes, no, on, off");
 }
 
+// Case-insensitive (Horovod writes HOROVOD_LOG_LEVEL=INFO); returns the choice as listed.
 std::string parseChoice(const char* name, const std::string& value,
                         const std::vector<std::string>& choices) {
+  std::string lower = value;
+  for (auto& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
   std::string all;
   for (const auto& c : choices) {
-    if (c == value) return value;
+    if (c == lower) return c;
     all += (all.empty() ? "" : ", ") + c;
   }
   badValue(name, value, "one of " + all);
@@ -167,7 +172,46 @@ const std::vector<ConfigVar>& configTable() {
   return table;
 }
 
+const std::vector<HorovodTwin>& horovodTwins() {
+  static const std::vector<HorovodTwin> twins = {
+      {"HOROVOD_FUSION_THRESHOLD", "TUTTI_FUSION_THRESHOLD"},
+      {"HOROVOD_CYCLE_TIME", "TUTTI_CYCLE_TIME_MS"},
+      {"HOROVOD_CPU_OPERATIONS", "TUTTI_CPU_OPERATIONS"},
+      {"HOROVOD_GLOO_TIMEOUT_SECONDS", "TUTTI_START_TIMEOUT_SECONDS"},
+      {"HOROVOD_LOG_LEVEL", "TUTTI_LOG_LEVEL"},
+      {"HOROVOD_CACHE_CAPACITY", "TUTTI_CACHE_CAPACITY"},
+      {"HOROVOD_STALL_CHECK_TIME_SECONDS", "TUTTI_STALL_CHECK_TIME_SECONDS"},
+      {"HOROVOD_STALL_CHECK_DISABLE", "TUTTI_STALL_CHECK_DISABLE"},
+      {"HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "TUTTI_STALL_SHUTDOWN_TIME_SECONDS"},
+      {"HOROVOD_TIMELINE", "TUTTI_TIMELINE"},
+      {"HOROVOD_GLOO_IFACE", "TUTTI_GLOO_IFACE"},
+  };
+  return twins;
+}
+
 namespace {
+
+// The environment with each HOROVOD_ twin copied to its TUTTI_ name where that is unset;
+// `notes` says what was read or ignored, `from` maps a TUTTI_ name to the twin it came from.
+std::map<std::string, std::string> withHorovodTwins(const std::map<std::string, std::string>& env,
+                                                    std::vector<std::string>& notes,
+                                                    std::map<std::string, std::string>& from) {
+  std::map<std::string, std::string> out = env;
+  for (const auto& twin : horovodTwins()) {
+    auto h = env.find(twin.horovod);
+    if (h == env.end()) continue;
+    auto t = env.find(twin.tutti);
+    if (t != env.end()) {
+      if (t->second != h->second)
+        notes.push_back(std::string(twin.horovod) + " ignored (" + twin.tutti + " is set)");
+      continue;
+    }
+    out[twin.tutti] = h->second;
+    from[twin.tutti] = twin.horovod;
+    notes.push_back(std::string(twin.horovod) + " read as " + twin.tutti);
+  }
+  return out;
+}
 
 std::map<std::string, std::string> processEnvironment() {
   std::map<std::string, std::string> env;
@@ -254,14 +298,31 @@ SlurmStep parseSlurmStep(const std::map<std::string, std::string>& env) {
 Config parseConfig(const std::map<std::string, std::string>* env_in) {
   std::map<std::string, std::string> own;
   if (env_in == nullptr) own = processEnvironment();
-  const auto& env = env_in ? *env_in : own;
+  std::vector<std::string> notes;
+  std::map<std::string, std::string> from;
+  const auto env = withHorovodTwins(env_in ? *env_in : own, notes, from);
   Config config;
   for (const auto& var : configTable()) {
     auto it = env.find(var.name);
-    if (it != env.end()) var.parse(it->second, config);
+    if (it == env.end()) continue;
+    try {
+      var.parse(it->second, config);
+    } catch (const Error& e) {
+      auto twin = from.find(var.name);
+      if (twin == from.end()) throw;
+      throwError(e.code(), twin->second + " (read as " + var.name + "): " + e.what());
+    }
   }
   config.topology = parseTopology(env);
   if (config.topology.source == "Slurm") config.slurm = parseSlurmStep(env);
+  // One line, from rank 0 of a real job (not for an environment a caller made up).
+  if (env_in == nullptr && !notes.empty() && config.topology.rank == 0 &&
+      config.log_level <= LogLevel::kWarning) {
+    std::string line;
+    for (const auto& note : notes) line += (line.empty() ? "" : "; ") + note;
+    logLine(LogLevel::kInfo, line + " (Horovod's variables count where the TUTTI_ one is unset; "
+                             "docs/env_vars.md)");
+  }
   return config;
 }
 

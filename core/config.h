@@ -66,9 +66,19 @@ struct ConfigVar {
 
 const std::vector<ConfigVar>& configTable();
 
-// Reads every variable of the table from `env` (the process environment when null) and the
-// topology from tuttirun, Open MPI or Slurm variables. Throws Error(kInvalidArgument) on the
-// first bad value: "TUTTI_CYCLE_TIME_MS='abc': expected a number in [0, 10000]".
+// Horovod's name for a setting of the table. Where the TUTTI_ variable is unset its twin is
+// read instead (a TUTTI_ value wins), so that jobs set up for Horovod (HOROVOD_* exported
+// to mpirun or srun, say) keep their settings; rank 0 says so in one line.
+struct HorovodTwin {
+  const char* horovod;
+  const char* tutti;
+};
+const std::vector<HorovodTwin>& horovodTwins();
+
+// Reads every variable of the table (or its HOROVOD_ twin) from `env` (the process
+// environment when null) and the topology from tuttirun, Open MPI or Slurm variables.
+// Throws Error(kInvalidArgument) on the first bad value: "TUTTI_CYCLE_TIME_MS='abc':
+// expected a number in [0, 10000]" (a twin's: "HOROVOD_CYCLE_TIME (read as ...): ...").
 Config parseConfig(const std::map<std::string, std::string>* env = nullptr);
 
 // The table rendered as a Markdown table (docs/env_vars.md embeds it).

@@ -8,6 +8,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <random>
 #include <thread>
 
 #include <fcntl.h>
@@ -28,8 +29,17 @@ constexpr size_t kRequestHeaderBytes = 32;
 constexpr size_t kResponseHeaderBytes = 24;
 constexpr size_t kMacBytes = 32;
 constexpr auto kReplySlack = std::chrono::seconds(10);
+constexpr char kVersion = 2;
+constexpr auto kFirstBackoff = std::chrono::milliseconds(50);
+constexpr auto kMaxBackoff = std::chrono::milliseconds(1000);
 
-enum ResponseStatus : uint8_t { kOk = 0, kTimedOut = 1, kBadRequest = 2, kUnauthenticated = 3 };
+enum ResponseStatus : uint8_t {
+  kOk = 0,
+  kTimedOut = 1,
+  kBadRequest = 2,
+  kUnauthenticated = 3,
+  kBusy = 4
+};
 
 void putLe(std::string& out, uint64_t value, int bytes) {
   for (int i = 0; i < bytes; ++i) out.push_back(static_cast<char>((value >> (8 * i)) & 0xff));
@@ -64,6 +74,14 @@ bool pollFor(int fd, short events, TimePoint deadline) {
     if (rc == 0) return false;
     if (errno != EINTR) return false;
   }
+}
+
+// Sleeps 50-100% of `backoff` (jitter, so that many ranks do not retry in step), doubles it.
+void sleepBackoff(std::chrono::milliseconds& backoff) {
+  thread_local std::minstd_rand jitter(std::random_device{}());
+  std::this_thread::sleep_for(backoff / 2 + std::chrono::milliseconds(jitter() %
+                                                                      (backoff.count() / 2 + 1)));
+  backoff = std::min(backoff * 2, std::chrono::milliseconds(kMaxBackoff));
 }
 
 }  // namespace
@@ -115,67 +133,154 @@ void RendezvousClient::closeLocked() {
   seq_ = 0;
 }
 
-void RendezvousClient::connectLocked(TimePoint deadline) {
-  std::string last_error = "no attempt";
+bool RendezvousClient::tryConnectLocked(TimePoint deadline, std::string& why) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
-  // The server may still be starting: retry refused connections until the deadline.
-  for (;;) {
-    addrinfo* list = nullptr;
-    int rc = ::getaddrinfo(host_.c_str(), std::to_string(port_).c_str(), &hints, &list);
-    if (rc != 0) {
-      last_error = std::string("getaddrinfo: ") + gai_strerror(rc);
-    } else {
-      for (addrinfo* ai = list; ai && fd_ < 0; ai = ai->ai_next) {
-        int fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
-        if (fd < 0) continue;
-        ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
-        int crc = ::connect(fd, ai->ai_addr, ai->ai_addrlen);
-        if (crc != 0 && errno == EINPROGRESS) {
-          if (pollFor(fd, POLLOUT, deadline)) {
-            int err = 0;
-            socklen_t len = sizeof(err);
-            ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
-            crc = err == 0 ? 0 : -1;
-            errno = err;
-          } else {
-            errno = ETIMEDOUT;
-          }
-        }
-        if (crc == 0) {
-          fd_ = fd;
-        } else {
-          last_error = std::strerror(errno);
-          ::close(fd);
-        }
+  addrinfo* list = nullptr;
+  int rc = ::getaddrinfo(host_.c_str(), std::to_string(port_).c_str(), &hints, &list);
+  if (rc != 0) {
+    why = std::string("getaddrinfo: ") + gai_strerror(rc);
+    return false;
+  }
+  for (addrinfo* ai = list; ai && fd_ < 0; ai = ai->ai_next) {
+    int fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+    if (fd < 0) continue;
+    ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+    int crc = ::connect(fd, ai->ai_addr, ai->ai_addrlen);
+    if (crc != 0 && errno == EINPROGRESS) {
+      if (pollFor(fd, POLLOUT, deadline)) {
+        int err = 0;
+        socklen_t len = sizeof(err);
+        ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+        crc = err == 0 ? 0 : -1;
+        errno = err;
+      } else {
+        errno = ETIMEDOUT;
       }
-      ::freeaddrinfo(list);
     }
-    if (fd_ >= 0) break;
-    if (SteadyClock::now() + std::chrono::milliseconds(100) >= deadline)
-      throwError(StatusCode::kTimeout, "gloo rendezvous: rank " + std::to_string(rank_) +
-                                           " could not connect to the tuttirun server at " +
-                                           endpoint() + " before its deadline (" + last_error +
-                                           ")");
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (crc == 0) {
+      fd_ = fd;
+    } else {
+      why = std::strerror(errno);
+      ::close(fd);
+    }
   }
-  char hello[kHelloBytes];
-  size_t got = 0;
-  while (got < kHelloBytes) {
-    if (!pollFor(fd_, POLLIN, deadline)) break;
-    ssize_t n = ::recv(fd_, hello + got, kHelloBytes - got, 0);
-    if (n <= 0 && !(n < 0 && (errno == EINTR || errno == EAGAIN))) break;
-    if (n > 0) got += static_cast<size_t>(n);
+  ::freeaddrinfo(list);
+  if (fd_ < 0) return false;
+
+  // Steps 1-3: hello, proof of the secret, the server's answer.
+  std::string hello;
+  if (!readExactLocked(hello, kHelloBytes, deadline, why)) {
+    why = "no hello: " + why;
+    return false;  // dropped while the server was flooded, say: retry
   }
-  if (got < kHelloBytes || std::memcmp(hello, "TUTH", 4) != 0 || hello[4] != 1) {
+  if (hello.compare(0, 4, "TUTH") != 0 || hello[4] != kVersion) {
     closeLocked();
-    throwError(StatusCode::kBackend, "gloo rendezvous: rank " + std::to_string(rank_) +
-                                         ": " + endpoint() +
-                                         " did not answer with a tuttirun rendezvous hello");
+    throwError(StatusCode::kBackend,
+               "gloo rendezvous: rank " + std::to_string(rank_) + ": " + endpoint() +
+                   " did not answer with a tuttirun rendezvous hello of protocol version " +
+                   std::to_string(kVersion) + " (is it this job's tuttirun, of this version?)");
   }
-  nonce_.assign(hello + 5, 16);
+  nonce_ = hello.substr(5, 16);
   seq_ = 0;
+  if (!sendLocked("TUTC" + hmac(secret_, "tutti-rdzv-auth" + nonce_), deadline, why))
+    return false;
+  Reply reply;
+  if (!readReplyLocked(deadline, reply, why)) {
+    why = "no answer to the proof of the secret: " + why;
+    return false;
+  }
+  if (reply.status == kOk) return true;
+  if (reply.status == kBusy) {
+    why = "server busy: " + reply.payload;
+    return false;
+  }
+  closeLocked();
+  throwError(StatusCode::kBackend,
+             "gloo rendezvous: rank " + std::to_string(rank_) + ": the server at " + endpoint() +
+                 " refused this rank's proof of the job secret (HMAC): " + reply.payload +
+                 " (does TUTTI_SECRET match the job's secret?)");
+}
+
+void RendezvousClient::connectLocked(TimePoint deadline) {
+  auto backoff = kFirstBackoff;
+  std::string why = "no attempt";
+  for (int attempt = 1;; ++attempt) {
+    if (tryConnectLocked(deadline, why)) return;
+    closeLocked();
+    if (SteadyClock::now() + backoff >= deadline)
+      throwError(StatusCode::kTimeout,
+                 "gloo rendezvous: rank " + std::to_string(rank_) +
+                     " could not connect to the tuttirun server at " + endpoint() +
+                     " before its deadline (TUTTI_START_TIMEOUT_SECONDS), " +
+                     std::to_string(attempt) + " attempt(s), the last: " + why);
+    sleepBackoff(backoff);
+  }
+}
+
+bool RendezvousClient::readExactLocked(std::string& out, size_t bytes, TimePoint deadline,
+                                       std::string& why) {
+  out.resize(bytes);
+  for (size_t got = 0; got < bytes;) {
+    if (!pollFor(fd_, POLLIN, deadline)) {
+      why = "no reply before the deadline";
+      return false;
+    }
+    ssize_t n = ::recv(fd_, &out[got], bytes - got, 0);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+    if (n <= 0) {
+      why = n == 0 ? "the server closed the connection" : std::strerror(errno);
+      return false;
+    }
+    got += static_cast<size_t>(n);
+  }
+  return true;
+}
+
+bool RendezvousClient::sendLocked(const std::string& bytes, TimePoint deadline,
+                                  std::string& why) {
+  for (size_t sent = 0; sent < bytes.size();) {
+    if (!pollFor(fd_, POLLOUT, deadline)) {
+      why = "send timed out";
+      return false;
+    }
+    ssize_t n = ::send(fd_, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+    if (n <= 0) {
+      why = std::string("send failed: ") + std::strerror(errno);
+      return false;
+    }
+    sent += static_cast<size_t>(n);
+  }
+  return true;
+}
+
+bool RendezvousClient::readReplyLocked(TimePoint deadline, Reply& reply, std::string& why) {
+  std::string header, mac;
+  if (!readExactLocked(header, kResponseHeaderBytes, deadline, why)) return false;
+  if (header.compare(0, 4, "TUTA") != 0) {
+    why = "malformed reply";
+    return false;
+  }
+  reply.status = static_cast<uint8_t>(header[4]);
+  const uint64_t seq = getLe(&header[8], 8);
+  const uint64_t length = getLe(&header[16], 8);
+  if (length > kRendezvousMaxValue + 4096) {
+    why = "oversized reply";
+    return false;
+  }
+  if (!readExactLocked(reply.payload, static_cast<size_t>(length), deadline, why) ||
+      !readExactLocked(mac, kMacBytes, deadline, why))
+    return false;
+  // Signed with the job's secret, which a rank refused as unauthenticated may not hold.
+  if (reply.status == kUnauthenticated) return true;
+  const std::string expect = hmac(secret_, "tutti-rdzv-resp" + nonce_ + header + reply.payload);
+  if (CRYPTO_memcmp(expect.data(), mac.data(), kMacBytes) != 0 || seq != seq_)
+    throwError(StatusCode::kBackend,
+               "gloo rendezvous: rank " + std::to_string(rank_) + ": a reply from " +
+                   endpoint() + " failed authentication (wrong secret or not tuttirun)");
+  return true;
 }
 
 std::string RendezvousClient::request(Op op, const std::string& key, const std::string& value,
@@ -187,71 +292,59 @@ std::string RendezvousClient::request(Op op, const std::string& key, const std::
                    " bytes exceeds the limit (4096 / 64 MiB)");
   if (wait.count() < 0) wait = std::chrono::milliseconds(0);
   std::lock_guard<std::mutex> lock(mutex_);
-  const TimePoint deadline = SteadyClock::now() + wait + kReplySlack;
-  if (fd_ >= 0) {
-    // The server closes idle or failed connections: reconnect when it has.
-    pollfd p{fd_, POLLIN, 0};
-    if (::poll(&p, 1, 0) > 0) closeLocked();
-  }
-  if (fd_ < 0) connectLocked(SteadyClock::now() + timeout_);
-
-  std::string frame = "TUTQ";
-  frame.push_back(static_cast<char>(op));
-  frame.append(3, '\0');
-  putLe(frame, ++seq_, 8);
-  putLe(frame, static_cast<uint64_t>(std::min<int64_t>(wait.count(), 0x7fffffff)), 4);
-  putLe(frame, key.size(), 4);
-  putLe(frame, value.size(), 8);
-  frame += key;
-  frame += value;
-  frame += hmac(secret_, "tutti-rdzv-req" + nonce_ + frame);
-
   auto fail = [&](StatusCode code, const std::string& why) {
     closeLocked();
     throwError(code, "gloo rendezvous: rank " + std::to_string(rank_) + ": " + what + " at " +
                          endpoint() + ": " + why);
   };
-  for (size_t sent = 0; sent < frame.size();) {
-    if (!pollFor(fd_, POLLOUT, deadline)) fail(StatusCode::kTimeout, "send timed out");
-    ssize_t n = ::send(fd_, frame.data() + sent, frame.size() - sent, MSG_NOSIGNAL);
-    if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
-    if (n <= 0) fail(StatusCode::kBackend, std::string("send failed: ") + std::strerror(errno));
-    sent += static_cast<size_t>(n);
-  }
-  auto readExact = [&](std::string& out, size_t bytes) {
-    out.resize(bytes);
-    for (size_t got = 0; got < bytes;) {
-      if (!pollFor(fd_, POLLIN, deadline))
+  const TimePoint busy_deadline = SteadyClock::now() + timeout_;
+  auto backoff = kFirstBackoff;
+  for (;;) {
+    if (fd_ >= 0) {
+      // The server closes idle or failed connections: reconnect when it has.
+      pollfd p{fd_, POLLIN, 0};
+      if (::poll(&p, 1, 0) > 0) closeLocked();
+    }
+    if (fd_ < 0) connectLocked(SteadyClock::now() + timeout_);
+    const TimePoint deadline = SteadyClock::now() + wait + kReplySlack;
+
+    std::string frame = "TUTQ";
+    frame.push_back(static_cast<char>(op));
+    frame.append(3, '\0');
+    putLe(frame, ++seq_, 8);
+    putLe(frame, static_cast<uint64_t>(std::min<int64_t>(wait.count(), 0x7fffffff)), 4);
+    putLe(frame, key.size(), 4);
+    putLe(frame, value.size(), 8);
+    frame += key;
+    frame += value;
+    frame += hmac(secret_, "tutti-rdzv-req" + nonce_ + frame);
+    std::string why;
+    if (!sendLocked(frame, deadline, why)) fail(StatusCode::kBackend, why);
+    Reply reply;
+    if (!readReplyLocked(deadline, reply, why)) {
+      if (SteadyClock::now() >= deadline)
         fail(StatusCode::kTimeout, "no reply within " + std::to_string(wait.count()) +
                                        " ms plus slack");
-      ssize_t n = ::recv(fd_, &out[got], bytes - got, 0);
-      if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
-      if (n <= 0) fail(StatusCode::kBackend, "the server closed the connection");
-      got += static_cast<size_t>(n);
+      fail(StatusCode::kBackend, why);
     }
-  };
-  std::string header, payload, mac;
-  readExact(header, kResponseHeaderBytes);
-  if (header.compare(0, 4, "TUTA") != 0) fail(StatusCode::kBackend, "malformed reply");
-  const uint8_t status = static_cast<uint8_t>(header[4]);
-  const uint64_t seq = getLe(&header[8], 8);
-  const uint64_t length = getLe(&header[16], 8);
-  if (length > kRendezvousMaxValue + 4096) fail(StatusCode::kBackend, "oversized reply");
-  readExact(payload, static_cast<size_t>(length));
-  readExact(mac, kMacBytes);
-  if (status == kUnauthenticated)
-    fail(StatusCode::kBackend, "the server rejected the request's HMAC (does TUTTI_SECRET "
-                               "match the job's secret?): " + payload);
-  const std::string expect = hmac(secret_, "tutti-rdzv-resp" + nonce_ + header + payload);
-  if (CRYPTO_memcmp(expect.data(), mac.data(), kMacBytes) != 0 || seq != seq_)
-    fail(StatusCode::kBackend, "reply failed authentication (wrong secret or not tuttirun)");
-  if (status == kTimedOut) {
-    throwError(StatusCode::kTimeout, "gloo rendezvous: rank " + std::to_string(rank_) + ": " +
-                                         what + " at " + endpoint() + " timed out after " +
-                                         std::to_string(wait.count()) + " ms: " + payload);
+    if (reply.status == kOk) return reply.payload;
+    if (reply.status == kTimedOut)
+      throwError(StatusCode::kTimeout, "gloo rendezvous: rank " + std::to_string(rank_) + ": " +
+                                           what + " at " + endpoint() + " timed out after " +
+                                           std::to_string(wait.count()) + " ms: " +
+                                           reply.payload);
+    if (reply.status != kBusy)
+      fail(StatusCode::kBackend,
+           reply.status == kUnauthenticated
+               ? "the server rejected the request's HMAC (does TUTTI_SECRET match the job's "
+                 "secret?): " + reply.payload
+               : "server error: " + reply.payload);
+    closeLocked();  // BUSY: the server closed it too; send again on a new connection
+    if (SteadyClock::now() + backoff >= busy_deadline)
+      fail(StatusCode::kTimeout, "server still busy at the deadline "
+                                 "(TUTTI_START_TIMEOUT_SECONDS): " + reply.payload);
+    sleepBackoff(backoff);
   }
-  if (status != kOk) fail(StatusCode::kBackend, "server error: " + payload);
-  return payload;
 }
 
 void RendezvousClient::set(const std::string& key, const std::vector<char>& data) {

@@ -5,11 +5,11 @@ import os
 import secrets
 import shlex
 import signal
-import subprocess
 import sys
 
 from . import hosts as hostlib
-from .mpi import mpirun_command
+from .compat import add_horovodrun_flags
+from .mpi import MpiOptions, mpirun_command, run_mpirun
 from .rendezvous import RendezvousServer
 from .spawn import SECRET_ENV, Job, OutputForwarder, remote_command
 
@@ -23,24 +23,27 @@ SETTINGS = [
     ("stall_check_shutdown_time_seconds", "TUTTI_STALL_SHUTDOWN_TIME_SECONDS", str),
     ("log_level", "TUTTI_LOG_LEVEL", str),
     ("start_timeout", "TUTTI_START_TIMEOUT_SECONDS", str),
-    ("network_interface", "TUTTI_GLOO_IFACE", str),
 ]
+LOG_LEVELS = ["trace", "debug", "info", "warning", "error", "fatal"]
 
 
 def make_parser():
     p = argparse.ArgumentParser(
         prog="tuttirun", usage="tuttirun -np N [options] command [args...]",
         description="Launch a Tutti job: N copies of COMMAND with ranks, rendezvous and "
-                    "secret in their environment. See docs/launcher.md.")
+                    "secret in their environment. See docs/launcher.md.",
+        epilog="horovodrun's other flags are known too: those of work not built yet stop "
+               "with a pointer (docs/launcher.md, 'From horovodrun').")
+    p.add_argument("-v", "--version", action="store_true", help="print the version and exit")
     p.add_argument("-np", "--num-proc", dest="np", type=int, help="number of processes")
     where = p.add_mutually_exclusive_group()
     where.add_argument("-H", "--hosts", help="host1:slots,host2:slots (default localhost:NP)")
-    where.add_argument("--hostfile", help="file of 'host slots=N' lines")
+    where.add_argument("-hostfile", "--hostfile", help="file of 'host slots=N' lines")
     how = p.add_mutually_exclusive_group()
     how.add_argument("--gloo", action="store_true", help="gloo over TCP (the default)")
     how.add_argument("--mpi", action="store_true", help="run the equivalent mpirun command")
-    p.add_argument("--ssh-port", type=int, help="ssh port of remote hosts")
-    p.add_argument("--ssh-identity-file", help="ssh private key for remote hosts")
+    p.add_argument("-p", "--ssh-port", type=int, help="ssh port of remote hosts")
+    p.add_argument("-i", "--ssh-identity-file", help="ssh private key for remote hosts")
     p.add_argument("-x", dest="export", action="append", default=[], metavar="VAR[=VALUE]",
                    help="pass VAR (from this environment, or set to VALUE) to every worker")
     p.add_argument("--fusion-threshold-mb", type=float, metavar="MB",
@@ -55,26 +58,52 @@ def make_parser():
                    help="warn about stalled tensors (TUTTI_STALL_CHECK_TIME_SECONDS)")
     p.add_argument("--stall-check-shutdown-time-seconds", type=float, metavar="S",
                    help="fail after a stall this long (TUTTI_STALL_SHUTDOWN_TIME_SECONDS)")
-    p.add_argument("--no-stall-check", action="store_true",
-                   help="disable the stall check (TUTTI_STALL_CHECK_DISABLE=1)")
-    p.add_argument("--log-level", choices=["trace", "debug", "info", "warning", "error",
-                                           "fatal"],
-                   help="TUTTI_LOG_LEVEL")
+    stall = p.add_mutually_exclusive_group()
+    stall.add_argument("--no-stall-check", action="store_true",
+                       help="disable the stall check (TUTTI_STALL_CHECK_DISABLE=1)")
+    stall.add_argument("--stall-check", dest="no_stall_check", action="store_false",
+                       help="keep the stall check on (the default)")
+    p.add_argument("--log-level", type=str.lower, choices=LOG_LEVELS, metavar="LEVEL",
+                   help="TUTTI_LOG_LEVEL, in any case: %s" % ", ".join(LOG_LEVELS))
     p.add_argument("--start-timeout", type=float, metavar="S",
                    help="deadline of connecting: ssh, rendezvous, connections (exported as "
                         "TUTTI_START_TIMEOUT_SECONDS, default 30); collectives have their own "
                         "deadline, TUTTI_TIMEOUT_SECONDS (default 30 minutes)")
-    p.add_argument("--network-interface", metavar="IFACE",
-                   help="interface for gloo traffic and the rendezvous server")
+    p.add_argument("--gloo-timeout-seconds", type=float, metavar="S",
+                   help="horovodrun's name for the same deadline (the larger of the two wins)")
+    p.add_argument("--network-interface", dest="nics", action="append", metavar="IFACE",
+                   help="interface for the job's traffic (gloo, MPI, NCCL) and the rendezvous "
+                        "server; may be repeated")
+    p.add_argument("--network-interfaces", "--nics", dest="nics", metavar="IFACE,...",
+                   action=_CommaList, help="the same, as a comma-separated list")
+    mpi = p.add_argument_group("--mpi only")
+    mpi.add_argument("--mpi-args", metavar="'ARGS'",
+                     help="more arguments for mpirun, e.g. --mpi-args='--map-by ppr:2:node'")
+    mpi.add_argument("--tcp", action="store_true",
+                     help="MPI over TCP only (--mca pml ob1 --mca btl tcp,self); gloo is TCP "
+                          "anyway")
+    mpi.add_argument("--binding-args", metavar="'ARGS'",
+                     help="mpirun's binding arguments instead of --bind-to none")
     p.add_argument("--output-filename", metavar="DIR",
                    help="also write DIR/rank.N/stdout and DIR/rank.N/stderr")
-    p.add_argument("--check-build", action="store_true",
+    p.add_argument("-cb", "--check-build", action="store_true",
                    help="print the backends and frameworks this build has, and exit")
     p.add_argument("--verbose", action="store_true", help="print what is started")
     p.add_argument("--dry-run", action="store_true",
                    help="print the plan (or the mpirun command) without starting anything")
+    add_horovodrun_flags(p)
     p.add_argument("command", nargs=argparse.REMAINDER)
     return p
+
+
+class _CommaList(argparse.Action):
+    """--network-interfaces eth0,eth1: appends each name."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        names = [n.strip() for n in values.split(",") if n.strip()]
+        if not names:
+            parser.error("%s: expected interface names, got %r" % (option_string, values))
+        setattr(namespace, self.dest, (getattr(namespace, self.dest) or []) + names)
 
 
 def fail(message, code=2):
@@ -82,12 +111,16 @@ def fail(message, code=2):
     sys.exit(code)
 
 
-def check_build(lib_dir):
-    info = {}
+def build_info(lib_dir):
     path = os.path.join(lib_dir, "build_info.json")
-    if os.path.exists(path):
-        with open(path) as f:
-            info = json.load(f)
+    if not os.path.exists(path):
+        return {}
+    with open(path) as f:
+        return json.load(f)
+
+
+def check_build(lib_dir):
+    info = build_info(lib_dir)
     built = {name: bool(info.get(name)) for name in ("mpi", "gloo", "nccl", "torch")}
     source = "build configuration"
     library = info.get("library")
@@ -124,6 +157,10 @@ def settings_env(args):
         value = getattr(args, attr)
         if value is not None:
             env[var] = convert(value)
+    if args.nics:
+        env["TUTTI_GLOO_IFACE"] = args.nics[0]  # gloo uses one interface
+        if "NCCL_SOCKET_IFNAME" not in os.environ:  # NCCL's own sockets (GPU jobs)
+            env["NCCL_SOCKET_IFNAME"] = ",".join(args.nics)
     if args.no_stall_check:
         env["TUTTI_STALL_CHECK_DISABLE"] = "1"
     for item in args.export:
@@ -159,35 +196,20 @@ def forwarded_environment():
 
 def run_mpi(args, host_list, env):
     env = dict(env, TUTTI_CPU_OPERATIONS="mpi")
-    if host_list and not all(hostlib.is_local(h) for h, _ in host_list):
+    remote = bool(host_list) and not all(hostlib.is_local(h) for h, _ in host_list)
+    if remote:
         # mpirun passes remote ranks only what -x names: name the whole environment (by
         # name only: mpirun reads the values from its own environment, off the command line).
         env = dict(dict.fromkeys(forwarded_environment()), **env)
-    argv = mpirun_command(args.np, host_list, env, args.command, args.output_filename)
+    options = MpiOptions(output_dir=args.output_filename, nics=args.nics, tcp=args.tcp,
+                         binding_args=args.binding_args, extra_args=args.mpi_args,
+                         remote=remote)
+    argv = mpirun_command(args.np, host_list, env, args.command, options)
     if args.verbose or args.dry_run:
         print("tuttirun: " + " ".join(shlex.quote(a) for a in argv), flush=True)
     if args.dry_run:
         return 0
-    try:
-        # In a session of its own, like gloo workers: a terminal's Ctrl-C reaches tuttirun
-        # only, which forwards it once (mpirun given SIGINT twice exits at once and may
-        # leave ranks behind). It dies with tuttirun (PR_SET_PDEATHSIG).
-        proc = subprocess.Popen(argv, start_new_session=True, preexec_fn=Job.preexec())
-    except FileNotFoundError:
-        fail("mpirun not found on PATH (Open MPI is needed for --mpi)", 127)
-    received = []
-
-    def forward(signum, _frame):
-        received.append(signum)
-        if len(received) == 1:  # once: mpirun takes a second SIGINT as "exit now"
-            proc.send_signal(signum)
-
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, forward)
-    code = proc.wait()
-    if received:  # mpirun exits 1 after forwarding a signal: report the signal, as --gloo
-        return 128 + received[0]
-    return 128 - code if code < 0 else code
+    return run_mpirun(argv)
 
 
 def run_gloo(args, host_list, env):
@@ -195,8 +217,8 @@ def run_gloo(args, host_list, env):
     local = {h: hostlib.is_local(h) for h, _ in host_list}
     if all(local[s.host] for s in slots):
         address = "127.0.0.1"
-    elif args.network_interface:
-        address = hostlib.interface_address(args.network_interface)
+    elif args.nics:
+        address = hostlib.interface_address(args.nics[0])
     else:
         address = hostlib.address_toward(next(s.host for s in slots if not local[s.host]))
     secret = secrets.token_hex(32)  # 32 random bytes, only ever in environments and pipes
@@ -251,14 +273,26 @@ def run_gloo(args, host_list, env):
 
 def main(argv=None, lib_dir=None):
     args = make_parser().parse_args(argv)
+    lib_dir = lib_dir or os.path.dirname(os.path.abspath(__file__))
+    if args.version:
+        print("tuttirun (Tutti) %s" % build_info(lib_dir).get("version", "unknown"))
+        return 0
     if args.check_build:
-        return check_build(lib_dir or os.path.dirname(os.path.abspath(__file__)))
+        return check_build(lib_dir)
     if args.command and args.command[0] == "--":
         args.command = args.command[1:]
     if args.np is None or args.np < 1:
         fail("-np N (N >= 1) is required")
     if not args.command:
         fail("no command to run")
+    if args.gloo_timeout_seconds is not None:
+        args.start_timeout = max(args.start_timeout or 0, args.gloo_timeout_seconds)
+    if not args.mpi:
+        # (--tcp asks gloo for nothing new: it runs over TCP.)
+        for flag, value in (("--mpi-args", args.mpi_args), ("--binding-args", args.binding_args)):
+            if value:
+                print("tuttirun: warning: %s applies to --mpi only; ignored" % flag,
+                      file=sys.stderr, flush=True)
     try:
         if args.hosts:
             host_list = hostlib.parse_hosts(args.hosts)

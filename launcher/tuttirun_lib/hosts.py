@@ -154,7 +154,10 @@ def interface_address(iface):
 
 def address_toward(host):
     """The local address the kernel uses to reach `host` (no packet is sent)."""
-    family, _, _, _, addr = socket.getaddrinfo(host, 9, proto=socket.IPPROTO_UDP)[0]
+    try:
+        family, _, _, _, addr = socket.getaddrinfo(host, 9, proto=socket.IPPROTO_UDP)[0]
+    except socket.gaierror as e:
+        raise HostError("host '%s': cannot resolve its name (%s)" % (host, e.strerror))
     with socket.socket(family, socket.SOCK_DGRAM) as s:
         s.connect(addr)
         return s.getsockname()[0]

@@ -1,34 +1,52 @@
 """The job's authenticated key-value rendezvous server (and a Python client for it).
 
-Wire protocol, integers little-endian (the C++ client is backends/gloo/rendezvous_client.cc):
- 1. On accept the server sends "TUTH", version 1, and a 16-byte random nonce.
- 2. Request: 32-byte header "TUTQ", op, 3 zero bytes, u64 seq, u32 timeout_ms, u32 key_len,
+Wire protocol, version 2, integers little-endian (the C++ client is
+backends/gloo/rendezvous_client.cc):
+ 1. On accept the server sends a hello: "TUTH", version 2, a 16-byte random nonce.
+ 2. The client proves that it holds the job secret before anything else: "TUTC" and
+    HMAC-SHA256(secret, b"tutti-rdzv-auth" + nonce), 36 bytes. Until those 36 bytes have
+    arrived and verified, a connection costs the server one descriptor and a 36-byte buffer:
+    no thread, no memory budget. A connection that has not proved the secret within
+    auth_timeout (2 s) of its accept is closed; when max_pending such connections are open,
+    the oldest is closed to make room for the new one.
+ 3. The server answers the proof with a response (below) of seq 0: OK, UNAUTHENTICATED (then
+    it closes), or BUSY when all max_connections authenticated slots are taken (it closes;
+    the client retries with backoff until its start deadline). The response's HMAC shows the
+    client that the server holds the secret too.
+ 4. Request: 32-byte header "TUTQ", op, 3 zero bytes, u64 seq, u32 timeout_ms, u32 key_len,
     u64 value_len; key; value; HMAC-SHA256(secret, b"tutti-rdzv-req" + nonce + header + key +
     value). seq is 1 for the first request of a connection and grows by one, so a request
     cannot be replayed on its own connection, nor on another (other nonce).
- 3. Response: 24-byte header "TUTA", status, 3 zero bytes, u64 seq, u64 payload_len; payload;
+ 5. Response: 24-byte header "TUTA", status, 3 zero bytes, u64 seq, u64 payload_len; payload;
     HMAC-SHA256(secret, b"tutti-rdzv-resp" + nonce + header + payload).
  Ops: SET key value | GET key (waits up to timeout_ms) | WAIT value=u32-prefixed keys |
  ADD key value=i64 delta (returns the new i64).
  A malformed, oversized, replayed or unauthenticated request is answered with an error
- status and the connection is closed. Each connection has a deadline for every message it
- has started to send and an idle limit between messages; the server never waits unbounded.
+ status and the connection is closed. A request whose body would take the bytes in flight
+ over max_inflight_bytes is answered BUSY (retry later). Each connection has a deadline for
+ every message it has started to send and an idle limit between messages; the server never
+ waits unbounded.
 """
+import collections
 import hashlib
 import hmac
 import os
+import random
+import selectors
 import socket
 import struct
 import threading
 import time
 
+VERSION = 2
 HELLO = struct.Struct("<4sB16s")
+PROOF = struct.Struct("<4s32s")
 REQUEST = struct.Struct("<4sB3xQIIQ")
 RESPONSE = struct.Struct("<4sB3xQQ")
 MAC_BYTES = 32
 
 OP_SET, OP_GET, OP_WAIT, OP_ADD = 1, 2, 3, 4
-OK, TIMED_OUT, BAD_REQUEST, UNAUTHENTICATED = 0, 1, 2, 3
+OK, TIMED_OUT, BAD_REQUEST, UNAUTHENTICATED, BUSY = 0, 1, 2, 3, 4
 
 MAX_KEY = 4096
 MAX_VALUE = 64 << 20
@@ -40,6 +58,11 @@ def _mac(secret, label, *parts):
     for part in parts:
         h.update(part)
     return h.digest()
+
+
+def proof_of_secret(secret, nonce):
+    """The client's first message: it holds the secret (step 2 of the protocol)."""
+    return PROOF.pack(b"TUTC", _mac(secret, b"tutti-rdzv-auth", nonce))
 
 
 class ProtocolError(Exception):
@@ -61,21 +84,36 @@ def _recv_exact(sock, n, deadline):
     return b"".join(chunks)
 
 
+class _Pending:
+    """A connection that has not proved the secret yet: its nonce, deadline and bytes."""
+
+    def __init__(self, nonce, deadline):
+        self.nonce, self.deadline, self.data = nonce, deadline, b""
+
+
 class RendezvousServer:
-    """Threaded KV server. Thread-safe; start() returns the bound port; stop() closes it."""
+    """KV server. Thread-safe; start() returns the bound port; stop() closes it.
+
+    One thread (the accept loop) accepts connections and checks their proofs of the secret
+    with a selector; only an authenticated connection gets a thread of its own, one of
+    max_connections slots."""
 
     def __init__(self, secret, host="127.0.0.1", port=0, message_timeout=30.0,
-                 idle_timeout=3600.0, max_connections=4096, max_inflight_bytes=256 << 20):
+                 idle_timeout=3600.0, max_connections=4096, max_inflight_bytes=256 << 20,
+                 auth_timeout=2.0, max_pending=1024):
         if len(secret) < 16:
             raise ValueError("rendezvous secret must be at least 16 bytes")
         self.secret = secret
         self.host = host
         self.message_timeout = message_timeout
         self.idle_timeout = idle_timeout
+        self.auth_timeout = auth_timeout
+        self.max_pending = max_pending
         self._store = {}
         self._cond = threading.Condition()
+        self.max_connections = max_connections
         self._slots = threading.BoundedSemaphore(max_connections)
-        # Bytes of requests being read and not yet authenticated, over all connections.
+        # Bytes of authenticated requests being read, over all connections.
         self._budget_lock = threading.Lock()
         self._inflight = 0
         self._max_inflight = max_inflight_bytes
@@ -83,11 +121,14 @@ class RendezvousServer:
         self._listener = socket.socket(family, socket.SOCK_STREAM)
         self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._listener.bind((host, port))
-        self._listener.listen(512)
+        self._listener.listen(4096)
+        self._listener.setblocking(False)
         self.port = self._listener.getsockname()[1]
         self._stopped = False
         self._thread = None
         self.rejected = 0  # requests refused (malformed, oversized, unauthenticated)
+        self.dropped = 0   # connections closed before proving the secret (late or evicted)
+        self.busy = 0      # authenticated connections or requests answered BUSY
         self.last_error = None
 
     def start(self):
@@ -102,7 +143,8 @@ class RendezvousServer:
             self._listener.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
-        self._listener.close()
+        if self._thread is None:
+            self._listener.close()  # else the accept loop closes it on its way out
         with self._cond:
             self._cond.notify_all()
 
@@ -111,25 +153,105 @@ class RendezvousServer:
             return list(self._store)
 
     def _accept_loop(self):
-        while not self._stopped:
+        sel = selectors.DefaultSelector()
+        sel.register(self._listener, selectors.EVENT_READ)
+        pending = collections.OrderedDict()  # socket -> _Pending, oldest (first deadline) first
+
+        def drop(conn):
+            sel.unregister(conn)
+            del pending[conn]
+            conn.close()
+
+        try:
+            while not self._stopped:
+                now = time.monotonic()
+                while pending:  # deadlines grow in accept order: expired ones are in front
+                    conn, state = next(iter(pending.items()))
+                    if state.deadline > now:
+                        break
+                    self.dropped += 1
+                    drop(conn)
+                wake = next(iter(pending.values())).deadline - now if pending else 0.25
+                for key, _ in sel.select(min(max(wake, 0.0), 0.25)):
+                    conn = key.fileobj
+                    try:
+                        if conn is self._listener:
+                            self._accept_some(sel, pending, drop)
+                        elif conn in pending:
+                            self._read_proof(conn, pending[conn], sel, pending)
+                    except Exception as e:  # one connection's trouble ends it, not the loop
+                        self.last_error = repr(e)
+                        if conn in pending:
+                            drop(conn)
+        finally:
+            for conn in list(pending):
+                conn.close()
+            sel.close()
+            self._listener.close()
+
+    def _accept_some(self, sel, pending, drop):
+        for _ in range(256):  # bounded: expiry and proofs get their turn between batches
             try:
                 conn, _ = self._listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
             except OSError:
                 if self._stopped:
                     return
-                time.sleep(0.05)
+                time.sleep(0.05)  # out of descriptors, say: let expiry free some
+                return
+            if len(pending) >= self.max_pending:
+                self.dropped += 1
+                drop(next(iter(pending)))  # the oldest unauthenticated connection goes
+            nonce = os.urandom(16)
+            try:
+                conn.setblocking(False)
+                conn.send(HELLO.pack(b"TUTH", VERSION, nonce))  # 21 bytes into an empty buffer
+            except OSError:
+                conn.close()
                 continue
-            if not self._slots.acquire(blocking=False):
-                conn.close()  # too many connections: refuse rather than exhaust threads
-                continue
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+            pending[conn] = _Pending(nonce, time.monotonic() + self.auth_timeout)
+            sel.register(conn, selectors.EVENT_READ)
 
-    def _serve(self, conn):
+    def _read_proof(self, conn, state, sel, pending):
+        try:
+            chunk = conn.recv(PROOF.size - len(state.data))
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            chunk = b""
+        state.data += chunk
+        if chunk and len(state.data) < PROOF.size:
+            return
+        sel.unregister(conn)
+        del pending[conn]
+        if not chunk:
+            self.dropped += 1
+            conn.close()
+            return
+        if not hmac.compare_digest(state.data, proof_of_secret(self.secret, state.nonce)):
+            self._refuse(conn, state.nonce, 0, UNAUTHENTICATED,
+                         "the proof of the job secret (HMAC) does not match")
+            conn.close()
+            return
+        if not self._slots.acquire(blocking=False):
+            self.busy += 1
+            self._refuse(conn, state.nonce, 0, BUSY, "server busy: all %d connection slots "
+                         "are taken; retry" % self.max_connections, count=False)
+            conn.close()
+            return
+        try:
+            conn.setblocking(True)
+            threading.Thread(target=self._serve, args=(conn, state.nonce), daemon=True).start()
+        except Exception:  # no thread to be had, say: the slot and the socket go back
+            self._slots.release()
+            conn.close()
+            raise
+
+    def _serve(self, conn, nonce):
         try:
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            nonce = os.urandom(16)
-            conn.settimeout(self.message_timeout)
-            conn.sendall(HELLO.pack(b"TUTH", 1, nonce))
+            self._respond(conn, nonce, 0, OK, b"")
             seq = 0
             while not self._stopped:
                 # Idle wait for the next request, then a deadline for the whole message.
@@ -149,8 +271,10 @@ class RendezvousServer:
                                                             MAX_VALUE))
                 need = key_len + value_len + MAC_BYTES
                 if not self._reserve(need):
-                    return self._refuse(conn, nonce, req_seq, BAD_REQUEST,
-                                        "server busy: too many large requests in flight")
+                    self.busy += 1
+                    return self._refuse(conn, nonce, req_seq, BUSY,
+                                        "server busy: too many large requests in flight; "
+                                        "retry", count=False)
                 try:
                     body = _recv_exact(conn, need, deadline)
                 finally:
@@ -190,18 +314,24 @@ class RendezvousServer:
         with self._budget_lock:
             self._inflight -= nbytes
 
-    def _refuse(self, conn, nonce, seq, status, message):
-        self.rejected += 1
+    def _refuse(self, conn, nonce, seq, status, message, count=True):
+        if count:
+            self.rejected += 1
         try:
             self._respond(conn, nonce, seq, status, message.encode())
         except OSError:
             pass
 
-    def _respond(self, conn, nonce, seq, status, payload):
+    def _frame(self, nonce, seq, status, payload):
         header = RESPONSE.pack(b"TUTA", status, seq, len(payload))
-        conn.settimeout(self.message_timeout)
-        conn.sendall(header + payload + _mac(self.secret, b"tutti-rdzv-resp", nonce, header,
-                                             payload))
+        return header + payload + _mac(self.secret, b"tutti-rdzv-resp", nonce, header, payload)
+
+    def _respond(self, conn, nonce, seq, status, payload):
+        if conn.getblocking():
+            conn.settimeout(self.message_timeout)
+            conn.sendall(self._frame(nonce, seq, status, payload))
+        else:  # the accept loop: one try, never wait (the connection is closed after it)
+            conn.send(self._frame(nonce, seq, status, payload))
 
     def _wait_for(self, keys, timeout_ms):
         deadline = time.monotonic() + timeout_ms / 1000.0
@@ -260,37 +390,69 @@ class RendezvousError(Exception):
 
 
 class RendezvousClient:
-    """Python client of the same protocol (used by tests and tools). Not thread-safe."""
+    """Python client of the same protocol (used by tests and tools). Not thread-safe.
+    Connecting retries refused connections and BUSY answers with backoff until `timeout`."""
 
     def __init__(self, host, port, secret, timeout=30.0):
         self.secret = secret
-        self.sock = socket.create_connection((host, port), timeout=timeout)
         self.timeout = timeout
-        magic, version, self.nonce = HELLO.unpack(
-            _recv_exact(self.sock, HELLO.size, time.monotonic() + timeout))
-        if magic != b"TUTH" or version != 1:
-            raise RendezvousError(BAD_REQUEST, "not a tuttirun rendezvous server")
-        self.seq = 0
+        deadline = time.monotonic() + timeout
+        backoff = 0.05
+        while True:
+            try:
+                self._handshake(host, port, deadline)
+                return
+            except RendezvousError as e:
+                if e.status != BUSY or time.monotonic() + backoff >= deadline:
+                    raise
+            except (ConnectionError, socket.timeout, OSError) as e:
+                if time.monotonic() + backoff >= deadline:
+                    raise RendezvousError(TIMED_OUT, "could not connect to %s:%d before the "
+                                          "deadline: %s" % (host, port, e))
+            time.sleep(backoff * random.uniform(0.5, 1.0))
+            backoff = min(backoff * 2, 1.0)
+
+    def _handshake(self, host, port, deadline):
+        self.sock = socket.create_connection((host, port),
+                                             timeout=max(0.01, deadline - time.monotonic()))
+        try:
+            magic, version, self.nonce = HELLO.unpack(_recv_exact(self.sock, HELLO.size,
+                                                                  deadline))
+            if magic != b"TUTH" or version != VERSION:
+                raise RendezvousError(BAD_REQUEST, "not a tuttirun rendezvous server (or "
+                                      "another protocol version)")
+            self.sock.sendall(proof_of_secret(self.secret, self.nonce))
+            self.seq = 0
+            self._reply(deadline)
+        except BaseException:
+            self.sock.close()
+            raise
 
     def close(self):
         self.sock.close()
+
+    def _reply(self, deadline):
+        rheader = _recv_exact(self.sock, RESPONSE.size, deadline)
+        magic, status, _, length = RESPONSE.unpack(rheader)
+        payload = _recv_exact(self.sock, length, deadline)
+        rmac = _recv_exact(self.sock, MAC_BYTES, deadline)
+        if magic != b"TUTA":
+            raise RendezvousError(BAD_REQUEST, "malformed reply")
+        if status == UNAUTHENTICATED:  # signed with the job's secret, which we may not hold
+            raise RendezvousError(status, payload.decode(errors="replace"))
+        if not hmac.compare_digest(
+                rmac, _mac(self.secret, b"tutti-rdzv-resp", self.nonce, rheader, payload)):
+            raise RendezvousError(UNAUTHENTICATED, "reply failed authentication")
+        if status != OK:
+            raise RendezvousError(status, payload.decode(errors="replace"))
+        return payload
 
     def request(self, op, key=b"", value=b"", timeout_ms=0, seq=None):
         self.seq = self.seq + 1 if seq is None else seq
         header = REQUEST.pack(b"TUTQ", op, self.seq, timeout_ms, len(key), len(value))
         mac = _mac(self.secret, b"tutti-rdzv-req", self.nonce, header, key, value)
         self.sock.sendall(header + key + value + mac)
-        deadline = time.monotonic() + self.timeout + timeout_ms / 1000.0
-        rheader = _recv_exact(self.sock, RESPONSE.size, deadline)
-        magic, status, _, length = RESPONSE.unpack(rheader)
-        payload = _recv_exact(self.sock, length, deadline)
-        rmac = _recv_exact(self.sock, MAC_BYTES, deadline)
-        if status != UNAUTHENTICATED and not hmac.compare_digest(
-                rmac, _mac(self.secret, b"tutti-rdzv-resp", self.nonce, rheader, payload)):
-            raise RendezvousError(UNAUTHENTICATED, "reply failed authentication")
-        if status != OK:
-            raise RendezvousError(status, payload.decode(errors="replace"))
-        return payload
+        return self._reply(time.monotonic() + self.timeout + timeout_ms / 1000.0)
 
     def set(self, key, value):
         self.request(OP_SET, key, value)

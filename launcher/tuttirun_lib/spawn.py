@@ -15,6 +15,8 @@ import threading
 import time
 
 SECRET_ENV = "TUTTI_SECRET"
+# The remote script's first word on stderr: the worker's pid there (kept from the output).
+REMOTE_PID_MARK = b"TUTTIRUN_REMOTE_PID "
 
 
 def _load_prctl():
@@ -44,7 +46,8 @@ class OutputForwarder:
         self.prefix = prefix
         self.threads = []
 
-    def attach(self, rank, name, pipe):
+    def attach(self, rank, name, pipe, watch=None):
+        """watch(line): sees every line first; a line it returns True for is not forwarded."""
         sink = None
         if self.output_dir:
             directory = os.path.join(self.output_dir, "rank.%d" % rank)
@@ -52,13 +55,16 @@ class OutputForwarder:
             sink = open(os.path.join(directory, name), "wb")
         target = sys.stdout.buffer if name == "stdout" else sys.stderr.buffer
         tag = ("[%d]<%s>:" % (rank, name)).encode()
-        t = threading.Thread(target=self._pump, args=(pipe, target, tag, sink), daemon=True)
+        t = threading.Thread(target=self._pump, args=(pipe, target, tag, sink, watch),
+                             daemon=True)
         t.start()
         self.threads.append(t)
 
-    def _pump(self, pipe, target, tag, sink):
+    def _pump(self, pipe, target, tag, sink, watch):
         try:
             for line in iter(pipe.readline, b""):
+                if watch and watch(line):
+                    continue
                 if not line.endswith(b"\n"):
                     line += b"\n"
                 with self.lock:
@@ -93,13 +99,17 @@ def remote_command(host, command, env, cwd, secret, ssh_port=None, ssh_identity=
         "cd %s || exit 126; "
         "exec 3<&0; "
         "setsid env %s %s </dev/null 3<&- & pid=$!; "
+        "echo %s$pid >&2; "
         "( while IFS= read -r _ <&3; do :; done; kill -s TERM -- -$pid; sleep 3; "
         "kill -s KILL -- -$pid ) >/dev/null 2>&1 & watchdog=$!; "
         "exec 3<&-; "
         "wait $pid; rc=$?; kill $watchdog 2>/dev/null; exit $rc"
         % (SECRET_ENV, SECRET_ENV, shlex.quote(cwd), assignments,
-           " ".join(shlex.quote(a) for a in command)))
-    argv = ["ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=accept-new"]
+           " ".join(shlex.quote(a) for a in command), REMOTE_PID_MARK.decode()))
+    # ServerAlive*: ssh ends (code 255) when the host stops answering for 15 s, so a lost
+    # host ends the job even where no rank would notice before TUTTI_TIMEOUT_SECONDS.
+    argv = ["ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=accept-new",
+            "-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3"]
     if connect_timeout:
         argv += ["-o", "ConnectTimeout=%d" % max(1, int(connect_timeout))]
     if ssh_port:
@@ -114,6 +124,16 @@ class Worker:
     def __init__(self, slot, popen, where):
         self.slot, self.popen, self.where = slot, popen, where
         self.returncode = None
+        self.remote_pid = None  # a remote worker's pid on its host, once its script said
+
+    def watch_stderr(self, line):
+        """Takes the remote script's report of the worker's pid out of its stderr."""
+        if self.remote_pid is None and line.startswith(REMOTE_PID_MARK):
+            value = line[len(REMOTE_PID_MARK):].strip()
+            if value.isdigit():
+                self.remote_pid = int(value)
+                return True
+        return False
 
     @property
     def rank(self):
@@ -123,8 +143,15 @@ class Worker:
         code = self.returncode
         if self.popen.stdin:
             # Remote: ssh returns the remote sh's `wait` status, 128 + n for a worker killed
-            # by signal n; the pid is ssh's, here.
-            who = "rank %d (on %s, ssh pid %d here)" % (self.rank, self.where, self.popen.pid)
+            # by signal n, and 255 for its own failure (no connection, or a lost one).
+            if self.remote_pid is not None:
+                who = "rank %d (pid %d on %s)" % (self.rank, self.remote_pid, self.where)
+            else:  # the worker never started there: name the ssh process here
+                who = "rank %d (on %s, ssh pid %d here)" % (self.rank, self.where,
+                                                          self.popen.pid)
+            if code == 255:
+                return "%s: ssh exited with code 255 (the connection to %s failed or was " \
+                       "lost)" % (who, self.where)
             if code > 128 and code - 128 < signal.NSIG:
                 code = 128 - code
         else:
@@ -189,7 +216,9 @@ class Job:
         little output written meanwhile)."""
         for w in self.workers:
             self.forwarder.attach(w.rank, "stdout", w.popen.stdout)
-            self.forwarder.attach(w.rank, "stderr", w.popen.stderr)
+            remote = w.popen.stdin is not None
+            self.forwarder.attach(w.rank, "stderr", w.popen.stderr,
+                                  w.watch_stderr if remote else None)
 
     def on_signal(self, signum, _frame):
         self.interrupted = signum

@@ -42,6 +42,7 @@ if mode == "env":
     print(json.dumps(env, sort_keys=True), flush=True)
 elif mode == "fail":
     if rank == int(sys.argv[2]):
+        print("failing pid %d" % os.getpid(), flush=True)
         time.sleep(1.0)
         sys.exit(int(sys.argv[3]))
     announce_and_sleep()

@@ -40,6 +40,12 @@ down() {
     for pid in $(ip netns pids "$n" 2>/dev/null); do kill -KILL "$pid" 2>/dev/null || true; done
     ip netns delete "$n" 2>/dev/null || true
   done
+  # A deleted namespace may outlive its processes for a while (the kernel finishing its TCP
+  # sockets): remove our ends of the links now, which removes both ends.
+  for link in $(ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | sed 's/@.*//' |
+                grep '^veth-tutti-h[0-9]*$' || true); do
+    ip link delete "$link" 2>/dev/null || true
+  done
   ip link delete "$BRIDGE" 2>/dev/null || true
   if grep -q "$TAG" /etc/hosts 2>/dev/null; then
     # /etc/hosts may be a bind mount: rewrite it in place rather than replace the file.
@@ -115,6 +121,8 @@ StrictModes no
 PidFile $STATE/sshd-$i.pid
 MaxStartups 100:30:200
 MaxSessions 100
+ClientAliveInterval 1
+ClientAliveCountMax 2
 EOF
     # -D: sshd stays in the foreground of this background job; its pid lands in the PidFile.
     ip netns exec "$n" unshare --uts sh -c \

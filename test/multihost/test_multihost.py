@@ -1,10 +1,9 @@
 """Multi-host tests on simulated hosts (hosts.sh: network namespaces on a bridge, each with
 its own host name and sshd), over gloo (tuttirun) and MPI (tuttirun --mpi, i.e. mpirun over
 ssh): per-rank topology for even, uneven and repeated-name layouts, the integration suite
-and the example trainer across hosts, the environment following the ranks, and a remote
-rank killed with SIGKILL: the job ends within its deadline naming the peer, the launcher
-exits non-zero, and nothing is left on any host. (A host whose link goes down mid-job is not
-tested yet: hosts.sh can do it, the job does not yet end cleanly; see issue 10.)
+and the example trainer across hosts, the environment following the ranks, and faults (a
+remote rank killed with SIGKILL, a host whose link goes down mid-job): the job ends within
+its deadline naming the peer, the launcher exits non-zero, and nothing is left on any host.
 
 Needs root, iproute2 and openssh-server; skipped (exit code 77 for CTest) without them.
 Environment (set by CTest): TUTTIRUN, PROBE, INTEG_DIR, TRAINER.
@@ -200,11 +199,11 @@ class JobsAcrossHostsTest(MultiHostCase):
 class FaultTest(MultiHostCase):
     LAYOUT = ["-H", "tutti-h1:2,tutti-h2:2"]
 
-    def start_loop(self, mode, seconds=120):
+    def start_loop(self, mode, seconds=120, deadline=DEADLINE):
         args = ["-np", "4", mode] + self.LAYOUT + [PROBE, "loop", str(seconds)]
         proc = subprocess.Popen([TUTTIRUN] + args, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True, start_new_session=True,
-                                env=job_env(TUTTI_TIMEOUT_SECONDS=str(DEADLINE),
+                                env=job_env(TUTTI_TIMEOUT_SECONDS=str(deadline),
                                             TUTTI_START_TIMEOUT_SECONDS="20"))
         lines = []
         end = time.monotonic() + 60
@@ -245,6 +244,38 @@ class FaultTest(MultiHostCase):
                 if mode == "--gloo":
                     self.assertRegex(out, r"rank [23] .*(killed by signal 9|SIGKILL)", out)
                 self.assert_nothing_left()
+
+    # Under MPI with a deadline longer than the 15 s in which tuttirun's keepalive settings
+    # make Open MPI notice the lost host (the order of a real job: 30 minutes), mpirun ends
+    # the job naming the host. With a shorter one a rank's MPI_Abort comes first, which
+    # mpirun retransmits toward the lost host for minutes: tuttirun stops it. Its daemon on
+    # the lost host, stuck the same way, ends once the host is back. (Under gloo with a long
+    # deadline ssh's keepalive ends the job 15-20 s after the loss, "rank 2 (pid N on
+    # tutti-h2): ssh exited with code 255 (the connection to tutti-h2 failed or was lost)":
+    # checked by hand, left out to keep this suite short.)
+    def test_link_down(self):
+        cases = [
+            ("--gloo", 4, r"timed out (receiving from|sending to) world rank\(s\) [23]", True),
+            ("--mpi", 30, r"lost communication with a remote daemon[\s\S]*tutti-h2", True),
+            ("--mpi", 3, r"mpirun has not ended 10 s after rank [01] called MPI_Abort", False),
+        ]
+        for mode, deadline, peer, clean_while_down in cases:
+            with self.subTest(mode=mode, deadline=deadline):
+                proc, lines = self.start_loop(mode, deadline=deadline)
+                hosts("link", "tutti-h2", "down")
+                try:
+                    rc, out, took = self.finish(proc, lines, 30)
+                    self.assertNotEqual(rc, 0, out)
+                    self.assertRegex(out, peer)
+                    if clean_while_down:
+                        # tutti-h2's sshd drops the sessions of the lost client
+                        # (ClientAlive), and its ranks end by their own deadlines.
+                        self.assert_nothing_left(within=10)
+                finally:
+                    hosts("link", "tutti-h2", "up")
+                self.assert_nothing_left(within=15)
+                print("link down under %s, TUTTI_TIMEOUT_SECONDS=%d: tuttirun ended %.1f s "
+                      "later with code %d" % (mode, deadline, took, rc), file=sys.stderr)
 
 
 def main():

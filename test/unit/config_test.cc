@@ -110,14 +110,60 @@ TEST_CASE("the secret can come from a file") {
   CHECK_THROWS_AS(parseConfig(&missing), Error);
 }
 
-TEST_CASE("docs/env_vars.md lists every variable of the config table") {
+static std::string envVarsDoc() {
   std::ifstream in(std::string(TUTTI_SOURCE_DIR) + "/docs/env_vars.md");
   REQUIRE(in.good());
   std::stringstream doc;
   doc << in.rdbuf();
+  return doc.str();
+}
+
+TEST_CASE("docs/env_vars.md lists every variable of the config table") {
+  const std::string doc = envVarsDoc();
   for (const auto& var : configTable()) {
     INFO(var.name);
-    CHECK(doc.str().find(std::string("`") + var.name + "`") != std::string::npos);
+    CHECK(doc.find(std::string("`") + var.name + "`") != std::string::npos);
   }
   CHECK(configMarkdown().find("| `TUTTI_CYCLE_TIME_MS` | float | 1 |") != std::string::npos);
+}
+
+TEST_CASE("HOROVOD_ variables are read as their TUTTI_ twins; a TUTTI_ value wins") {
+  Env env = {{"HOROVOD_FUSION_THRESHOLD", "2097152"}, {"HOROVOD_CYCLE_TIME", "3.5"},
+             {"HOROVOD_CPU_OPERATIONS", "GLOO"},     {"HOROVOD_LOG_LEVEL", "DEBUG"},
+             {"HOROVOD_GLOO_TIMEOUT_SECONDS", "45"}, {"HOROVOD_CACHE_CAPACITY", "5"},
+             {"HOROVOD_STALL_CHECK_DISABLE", "1"},   {"HOROVOD_TIMELINE", "/tmp/h.json"},
+             {"HOROVOD_GLOO_IFACE", "eth9"},         {"HOROVOD_STALL_CHECK_TIME_SECONDS", "7"},
+             {"HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "9"}};
+  Config c = parseConfig(&env);
+  CHECK(c.fusion_threshold == 2097152);
+  CHECK(c.cycle_time_ms == 3.5);
+  CHECK(c.cpu_operations == "gloo");
+  CHECK(c.log_level == LogLevel::kDebug);
+  CHECK(c.start_timeout_seconds == 45);
+  CHECK(c.cache_capacity == 5);
+  CHECK(c.stall_check_disable);
+  CHECK(c.timeline_filename == "/tmp/h.json");
+  CHECK(c.gloo_iface == "eth9");
+  CHECK(c.stall_check_seconds == 7);
+  CHECK(c.stall_shutdown_seconds == 9);
+
+  Env both = {{"HOROVOD_CYCLE_TIME", "3.5"}, {"TUTTI_CYCLE_TIME_MS", "7"}};
+  CHECK(parseConfig(&both).cycle_time_ms == 7);
+
+  Env bad = {{"HOROVOD_CYCLE_TIME", "fast"}};
+  CHECK_THROWS_WITH(parseConfig(&bad),
+                    Catch::Contains("HOROVOD_CYCLE_TIME (read as TUTTI_CYCLE_TIME_MS)"));
+  Env upper = {{"TUTTI_LOG_LEVEL", "Info"}};
+  CHECK(parseConfig(&upper).log_level == LogLevel::kInfo);
+}
+
+TEST_CASE("every HOROVOD_ twin names a variable of the table and is documented") {
+  const std::string doc = envVarsDoc();
+  for (const auto& twin : horovodTwins()) {
+    INFO(twin.horovod);
+    bool known = false;
+    for (const auto& var : configTable()) known = known || std::string(var.name) == twin.tutti;
+    CHECK(known);
+    CHECK(doc.find(std::string("`") + twin.horovod + "`") != std::string::npos);
+  }
 }

@@ -1,0 +1,60 @@
+"""horovodrun's flags that tuttirun accepts without acting on them, and those of work not built
+yet, which stop with a pointer instead of argparse's "unrecognized arguments".
+docs/launcher.md ("From horovodrun") lists every horovodrun flag against tuttirun's."""
+import argparse
+import sys
+
+# Flags asking for what tuttirun does anyway: accepted, nothing to do. (flags, why)
+ACCEPTED = [
+    (["--disable-cache"], "tuttirun keeps no cache of start-up checks"),
+    (["--no-hierarchical-allreduce"], "Tutti's allreduce is not hierarchical (issue 12)"),
+    (["--no-hierarchical-allgather"], "Tutti's allgather is not hierarchical (issue 12)"),
+    (["--no-torus-allreduce"], "Tutti has no torus allreduce"),
+    (["--no-mpi-threads-disable"], "Tutti initializes MPI with the thread level it needs"),
+]
+
+# Flags of work not built yet: (flags, number of values, what, where to look).
+NOT_YET = [
+    (["--min-np", "--min-num-proc"], 1, "elastic training", "issue 15"),
+    (["--max-np", "--max-num-proc"], 1, "elastic training", "issue 15"),
+    (["--host-discovery-script"], 1, "elastic training", "issue 15"),
+    (["--slots", "--slots-per-host"], 1, "elastic training", "issue 15"),
+    (["--elastic-timeout"], 1, "elastic training", "issue 15"),
+    (["--reset-limit"], 1, "elastic training", "issue 15"),
+    (["--blacklist-cooldown-range"], 2, "elastic training", "issue 15"),
+    (["--hierarchical-allreduce"], 0, "hierarchical allreduce", "issue 12"),
+    (["--hierarchical-allgather"], 0, "hierarchical allgather", "issue 12"),
+    (["--torus-allreduce"], 0, "torus allreduce", "docs/launcher.md"),
+    (["--mpi-threads-disable"], 0, "choosing MPI's thread level", "docs/launcher.md"),
+    (["--num-nccl-streams"], 1, "several NCCL streams", "docs/nccl.md"),
+    (["--thread-affinity"], 1, "pinning the background thread", "docs/launcher.md"),
+    (["--log-with-timestamp", "--log-without-timestamp"], 0, "log timestamps", "issue 14"),
+    (["-prefix-timestamp", "--prefix-output-with-timestamp"], 0, "timestamped output",
+     "issue 14"),
+    (["--config-file"], 1, "a YAML config file (pass the flags instead)", "docs/launcher.md"),
+    (["--jsrun"], 0, "launching with jsrun (use --mpi, or srun under Slurm)",
+     "docs/launcher.md"),
+]
+
+
+class _NotYet(argparse.Action):
+    def __init__(self, option_strings, dest, what, where, **kwargs):
+        super().__init__(option_strings, dest, **kwargs)
+        self.what, self.where = what, where
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print("tuttirun: error: %s: %s is not supported yet (see %s, and the table of "
+              "horovodrun flags in docs/launcher.md)" % (option_string, self.what, self.where),
+              file=sys.stderr, flush=True)
+        sys.exit(2)
+
+
+def add_horovodrun_flags(parser):
+    """Registers ACCEPTED and NOT_YET on `parser` (hidden from --help)."""
+    for flags, _why in ACCEPTED:
+        parser.add_argument(*flags, action="store_true", dest="_accepted_%s" % flags[0][2:],
+                            help=argparse.SUPPRESS)
+    for flags, nargs, what, where in NOT_YET:
+        parser.add_argument(*flags, action=_NotYet, what=what, where=where,
+                            nargs=nargs if nargs else 0, dest="_not_yet_%s" % flags[-1][2:],
+                            help=argparse.SUPPRESS)
