@@ -1,10 +1,7 @@
 #include "backends/gloo/rendezvous_client.h"
 
+#include "backends/gloo/rendezvous_wire.h"
 #include "core/common.h"
-
-#include <openssl/crypto.h>
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
 
 #include <cerrno>
 #include <cstring>
@@ -24,41 +21,9 @@ namespace {
 using SteadyClock = std::chrono::steady_clock;
 using TimePoint = SteadyClock::time_point;
 
-constexpr size_t kHelloBytes = 21;
-constexpr size_t kRequestHeaderBytes = 32;
-constexpr size_t kResponseHeaderBytes = 24;
-constexpr size_t kMacBytes = 32;
 constexpr auto kReplySlack = std::chrono::seconds(10);
-constexpr char kVersion = 2;
 constexpr auto kFirstBackoff = std::chrono::milliseconds(50);
 constexpr auto kMaxBackoff = std::chrono::milliseconds(1000);
-
-enum ResponseStatus : uint8_t {
-  kOk = 0,
-  kTimedOut = 1,
-  kBadRequest = 2,
-  kUnauthenticated = 3,
-  kBusy = 4
-};
-
-void putLe(std::string& out, uint64_t value, int bytes) {
-  for (int i = 0; i < bytes; ++i) out.push_back(static_cast<char>((value >> (8 * i)) & 0xff));
-}
-
-uint64_t getLe(const char* in, int bytes) {
-  uint64_t value = 0;
-  for (int i = bytes - 1; i >= 0; --i) value = (value << 8) | static_cast<uint8_t>(in[i]);
-  return value;
-}
-
-std::string hmac(const std::string& secret, const std::string& data) {
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  if (!HMAC(EVP_sha256(), secret.data(), static_cast<int>(secret.size()),
-            reinterpret_cast<const unsigned char*>(data.data()), data.size(), md, &len))
-    throwError(StatusCode::kInternal, "rendezvous: HMAC-SHA256 failed in OpenSSL");
-  return std::string(reinterpret_cast<char*>(md), len);
-}
 
 int msLeft(TimePoint deadline) {
   auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - SteadyClock::now());
@@ -171,28 +136,28 @@ bool RendezvousClient::tryConnectLocked(TimePoint deadline, std::string& why) {
 
   // Steps 1-3: hello, proof of the secret, the server's answer.
   std::string hello;
-  if (!readExactLocked(hello, kHelloBytes, deadline, why)) {
+  if (!readExactLocked(hello, kRendezvousHelloBytes, deadline, why)) {
     why = "no hello: " + why;
     return false;  // dropped while the server was flooded, say: retry
   }
-  if (hello.compare(0, 4, "TUTH") != 0 || hello[4] != kVersion) {
+  if (hello.compare(0, 4, "TUTH") != 0 || hello[4] != kRendezvousVersion) {
     closeLocked();
     throwError(StatusCode::kBackend,
                "gloo rendezvous: rank " + std::to_string(rank_) + ": " + endpoint() +
                    " did not answer with a tuttirun rendezvous hello of protocol version " +
-                   std::to_string(kVersion) + " (is it this job's tuttirun, of this version?)");
+                   std::to_string(kRendezvousVersion) + " (is it this job's tuttirun, of this version?)");
   }
-  nonce_ = hello.substr(5, 16);
+  nonce_ = hello.substr(5, kRendezvousNonceBytes);
   seq_ = 0;
-  if (!sendLocked("TUTC" + hmac(secret_, "tutti-rdzv-auth" + nonce_), deadline, why))
+  if (!sendLocked(rendezvousProof(secret_, nonce_), deadline, why))
     return false;
   Reply reply;
   if (!readReplyLocked(deadline, reply, why)) {
     why = "no answer to the proof of the secret: " + why;
     return false;
   }
-  if (reply.status == kOk) return true;
-  if (reply.status == kBusy) {
+  if (reply.status == kRdzvOk) return true;
+  if (reply.status == kRdzvBusy) {
     why = "server busy: " + reply.payload;
     return false;
   }
@@ -258,25 +223,26 @@ bool RendezvousClient::sendLocked(const std::string& bytes, TimePoint deadline,
 
 bool RendezvousClient::readReplyLocked(TimePoint deadline, Reply& reply, std::string& why) {
   std::string header, mac;
-  if (!readExactLocked(header, kResponseHeaderBytes, deadline, why)) return false;
+  if (!readExactLocked(header, kRendezvousResponseHeaderBytes, deadline, why)) return false;
   if (header.compare(0, 4, "TUTA") != 0) {
     why = "malformed reply";
     return false;
   }
   reply.status = static_cast<uint8_t>(header[4]);
-  const uint64_t seq = getLe(&header[8], 8);
-  const uint64_t length = getLe(&header[16], 8);
+  const uint64_t seq = getLittleEndian(&header[8], 8);
+  const uint64_t length = getLittleEndian(&header[16], 8);
   if (length > kRendezvousMaxValue + 4096) {
     why = "oversized reply";
     return false;
   }
   if (!readExactLocked(reply.payload, static_cast<size_t>(length), deadline, why) ||
-      !readExactLocked(mac, kMacBytes, deadline, why))
+      !readExactLocked(mac, kRendezvousMacBytes, deadline, why))
     return false;
   // Signed with the job's secret, which a rank refused as unauthenticated may not hold.
-  if (reply.status == kUnauthenticated) return true;
-  const std::string expect = hmac(secret_, "tutti-rdzv-resp" + nonce_ + header + reply.payload);
-  if (CRYPTO_memcmp(expect.data(), mac.data(), kMacBytes) != 0 || seq != seq_)
+  if (reply.status == kRdzvUnauthenticated) return true;
+  const std::string expect =
+      hmacSha256(secret_, "tutti-rdzv-resp" + nonce_ + header + reply.payload);
+  if (!macEqual(expect, mac) || seq != seq_)
     throwError(StatusCode::kBackend,
                "gloo rendezvous: rank " + std::to_string(rank_) + ": a reply from " +
                    endpoint() + " failed authentication (wrong secret or not tuttirun)");
@@ -290,6 +256,9 @@ std::string RendezvousClient::request(Op op, const std::string& key, const std::
                "gloo rendezvous: " + what + ": key of " + std::to_string(key.size()) +
                    " bytes or value of " + std::to_string(value.size()) +
                    " bytes exceeds the limit (4096 / 64 MiB)");
+  static_assert(int(kSet) == kRdzvSet && int(kGet) == kRdzvGet && int(kWait) == kRdzvWait &&
+                    int(kAdd) == kRdzvAdd,
+                "the client's op codes are the wire's");
   if (wait.count() < 0) wait = std::chrono::milliseconds(0);
   std::lock_guard<std::mutex> lock(mutex_);
   auto fail = [&](StatusCode code, const std::string& why) {
@@ -308,16 +277,9 @@ std::string RendezvousClient::request(Op op, const std::string& key, const std::
     if (fd_ < 0) connectLocked(SteadyClock::now() + timeout_);
     const TimePoint deadline = SteadyClock::now() + wait + kReplySlack;
 
-    std::string frame = "TUTQ";
-    frame.push_back(static_cast<char>(op));
-    frame.append(3, '\0');
-    putLe(frame, ++seq_, 8);
-    putLe(frame, static_cast<uint64_t>(std::min<int64_t>(wait.count(), 0x7fffffff)), 4);
-    putLe(frame, key.size(), 4);
-    putLe(frame, value.size(), 8);
-    frame += key;
-    frame += value;
-    frame += hmac(secret_, "tutti-rdzv-req" + nonce_ + frame);
+    const std::string frame = rendezvousRequest(
+        secret_, nonce_, op, ++seq_,
+        static_cast<uint32_t>(std::min<int64_t>(wait.count(), 0x7fffffff)), key, value);
     std::string why;
     if (!sendLocked(frame, deadline, why)) fail(StatusCode::kBackend, why);
     Reply reply;
@@ -327,15 +289,15 @@ std::string RendezvousClient::request(Op op, const std::string& key, const std::
                                        " ms plus slack");
       fail(StatusCode::kBackend, why);
     }
-    if (reply.status == kOk) return reply.payload;
-    if (reply.status == kTimedOut)
+    if (reply.status == kRdzvOk) return reply.payload;
+    if (reply.status == kRdzvTimedOut)
       throwError(StatusCode::kTimeout, "gloo rendezvous: rank " + std::to_string(rank_) + ": " +
                                            what + " at " + endpoint() + " timed out after " +
                                            std::to_string(wait.count()) + " ms: " +
                                            reply.payload);
-    if (reply.status != kBusy)
+    if (reply.status != kRdzvBusy)
       fail(StatusCode::kBackend,
-           reply.status == kUnauthenticated
+           reply.status == kRdzvUnauthenticated
                ? "the server rejected the request's HMAC (does TUTTI_SECRET match the job's "
                  "secret?): " + reply.payload
                : "server error: " + reply.payload);
@@ -364,7 +326,7 @@ void RendezvousClient::wait(const std::vector<std::string>& keys,
   std::string value;
   std::string names;
   for (const auto& key : keys) {
-    putLe(value, key.size(), 4);
+    putLittleEndian(value, key.size(), 4);
     value += key;
     names += (names.empty() ? "'" : ", '") + key + "'";
   }
@@ -373,12 +335,12 @@ void RendezvousClient::wait(const std::vector<std::string>& keys,
 
 int64_t RendezvousClient::add(const std::string& key, int64_t delta) {
   std::string value;
-  putLe(value, static_cast<uint64_t>(delta), 8);
+  putLittleEndian(value, static_cast<uint64_t>(delta), 8);
   std::string reply = request(kAdd, key, value, std::chrono::milliseconds(0),
                               "ADD '" + key + "'");
   if (reply.size() != 8)
     throwError(StatusCode::kBackend, "gloo rendezvous: ADD '" + key + "': malformed reply");
-  return static_cast<int64_t>(getLe(reply.data(), 8));
+  return static_cast<int64_t>(getLittleEndian(reply.data(), 8));
 }
 
 }  // namespace detail

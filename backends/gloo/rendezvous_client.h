@@ -1,7 +1,9 @@
 // Client of tuttirun's rendezvous key-value server, as a gloo::rendezvous::Store.
 //
 // Wire protocol, version 2 (all integers little-endian; the server is
-// launcher/tuttirun_lib/rendezvous.py, whose comment has the server's limits):
+// launcher/tuttirun_lib/rendezvous.py, whose comment has the server's limits, or under plain
+// srun backends/gloo/rendezvous_server.h, with the same limits; rendezvous_wire.h has the
+// codes and frames both C++ sides use):
 //  1. On accept the server sends a hello: "TUTH", version byte (2), 16-byte random nonce.
 //  2. The client proves it holds the secret before anything else: "TUTC" and
 //     HMAC-SHA256(secret, "tutti-rdzv-auth" | nonce), 36 bytes. The server drops a connection

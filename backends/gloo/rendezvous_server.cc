@@ -1,15 +1,18 @@
-// The in-process rendezvous server: one poll loop over the listener, a wake pipe and every
-// connection. A connection's life:
-//  1. accepted (refused at once past max_connections); the hello with a fresh nonce is queued.
-//  2. reading a request: the 32-byte header first (magic, op and sizes are checked before
-//     any body byte is kept), then key, value and MAC, each chunk kept only as it arrives.
-//  3. the MAC and the sequence number are checked; the first good request authenticates the
-//     connection (its bytes leave the pre-authentication budget).
-//  4. SET and ADD answer at once and wake the parked requests; GET and WAIT park until their
-//     keys are all set or their timeout passes.
+// The in-process rendezvous server (protocol 2): one poll loop over the listener, a wake pipe
+// and every connection. A connection's life:
+//  1. accepted (the oldest pending connection is closed first when max_pending wait); the
+//     hello with a fresh nonce is queued. It is pending: it has auth_seconds from its accept.
+//  2. pending, it reads the 36-byte proof of the secret and nothing else. A wrong proof is
+//     answered UNAUTHENTICATED, a good one BUSY when max_connections are authenticated
+//     (both close), else OK: the connection is authenticated.
+//  3. reading a request: the 32-byte header first (magic, op and sizes are checked, and the
+//     body's bytes reserved in the in-flight budget, before any body byte is kept), then
+//     key, value and MAC, each chunk kept only as it arrives.
+//  4. the MAC and the sequence number are checked; SET and ADD answer at once and wake the
+//     parked requests; GET and WAIT park until their keys are all set or their timeout passes.
 //  5. the response is written (with a deadline); a refusal closes the connection after it.
-// Each connection has one deadline at a time (pre-authentication, message, idle, wait or
-// write), and poll never sleeps past the nearest one.
+// Each connection has one deadline at a time (proof, message, idle, wait or write), and poll
+// never sleeps past the nearest one.
 #include "backends/gloo/rendezvous_server.h"
 
 #include "backends/gloo/rendezvous_client.h"
@@ -22,6 +25,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <list>
 #include <vector>
 
 #include <fcntl.h>
@@ -72,7 +76,7 @@ int listenOn(const std::string& host, int port, std::string& why) {
       int one = 1, zero = 0;
       ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
       if (ai->ai_family == AF_INET6) ::setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));
-      if (::bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && ::listen(fd, 1024) == 0) {
+      if (::bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && ::listen(fd, 4096) == 0) {
         ::freeaddrinfo(list);
         setNonBlocking(fd);
         return fd;
@@ -91,13 +95,15 @@ struct RendezvousServer::Connection {
   int fd = -1;
   std::string nonce;
   uint64_t seq = 0;
-  bool authenticated = false;
-  Clock::time_point accepted, deadline;
+  bool pending = false;  // has not proved the secret yet; then in pending_ at `in_pending`
+  std::list<Connection*>::iterator in_pending;
+  bool authenticated = false;  // holds one of max_connections
+  Clock::time_point deadline;
   std::string in;  // the request being read
   bool header_known = false;
   uint8_t op = 0;
   uint64_t req_seq = 0, timeout_ms = 0, key_len = 0, value_len = 0;
-  uint64_t charged = 0;  // bytes of `in` in the pre-authentication budget
+  uint64_t reserved = 0;  // bytes of this request in the in-flight budget
   bool parked = false;   // a GET or WAIT waiting for keys until `deadline`
   std::vector<std::string> keys;
   std::string out;  // the response (or hello) being written
@@ -160,8 +166,10 @@ void RendezvousServer::loop() {
     fds.clear();
     order.clear();
     fds.push_back({wake_[0], POLLIN, 0});
-    fds.push_back({listener_, POLLIN, 0});
+    const bool accepting = Clock::now() >= accept_paused_until_;
+    fds.push_back({listener_, static_cast<short>(accepting ? POLLIN : 0), 0});
     auto nearest = Clock::now() + std::chrono::seconds(1);
+    if (!accepting) nearest = std::min(nearest, accept_paused_until_);
     for (auto& entry : conns_) {
       Connection& c = *entry.second;
       fds.push_back({c.fd, static_cast<short>(c.out.size() > c.out_done ? POLLOUT : POLLIN), 0});
@@ -206,7 +214,7 @@ void RendezvousServer::loop() {
           close(c);
         }
       } else if (now >= c.deadline) {
-        close(c);  // pre-authentication, message, idle or write deadline passed
+        close(c);  // proof, message, idle or write deadline passed
       }
     }
     for (auto it = conns_.begin(); it != conns_.end();) {
@@ -222,64 +230,69 @@ void RendezvousServer::loop() {
     } catch (const std::exception&) {
       // Out of memory for a connection: it was closed; the next ones are tried next round.
     }
-    connections_ = conns_.size();
+    connections_ = authenticated_;
+    pending_count_ = pending_.size();
   }
 }
 
 void RendezvousServer::acceptAll() {
   for (int i = 0; i < 256; ++i) {  // bounded per round; poll reports the rest again
     int fd = ::accept4(listener_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd < 0) return;
-    if (conns_.size() >= options_.max_connections) {
-      ++rejected_;
-      ::close(fd);
-      continue;
+    if (fd < 0) {
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)
+        accept_paused_until_ = after(0.05);  // out of descriptors: let deadlines free some
+      return;
     }
-    int one = 1;
-    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     std::unique_ptr<Connection> c;
     try {
       c = std::make_unique<Connection>();
+      c->nonce.resize(kRendezvousNonceBytes);
     } catch (...) {
       ::close(fd);
       throw;
     }
-    c->fd = fd;
-    c->nonce.resize(16);
-    if (RAND_bytes(reinterpret_cast<unsigned char*>(&c->nonce[0]), 16) != 1) {
+    if (RAND_bytes(reinterpret_cast<unsigned char*>(&c->nonce[0]), kRendezvousNonceBytes) != 1) {
       ::close(fd);
       continue;
     }
-    c->accepted = Clock::now();
-    c->deadline = after(options_.preauth_seconds);
+    if (pending_.size() >= options_.max_pending) close(*pending_.front());  // the oldest goes
+    int one = 1;
+    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    c->fd = fd;
+    c->deadline = after(options_.auth_seconds);
     c->out = "TUTH";
-    c->out.push_back(1);
+    c->out.push_back(kRendezvousVersion);
     c->out += c->nonce;
     Connection& ref = *c;
     conns_[fd] = std::move(c);
+    try {
+      ref.in_pending = pending_.insert(pending_.end(), &ref);
+    } catch (...) {
+      close(ref);
+      throw;
+    }
+    ref.pending = true;
     flush(ref);
   }
 }
 
 void RendezvousServer::onReadable(Connection& c) {
   char chunk[kChunk];
-  const uint64_t total = c.header_known
-                             ? kRendezvousRequestHeaderBytes + c.key_len + c.value_len +
-                                   kRendezvousMacBytes
-                             : kRendezvousRequestHeaderBytes;
+  const uint64_t total = c.pending ? kRendezvousProofBytes
+                         : c.header_known ? kRendezvousRequestHeaderBytes + c.key_len +
+                                                c.value_len + kRendezvousMacBytes
+                                          : kRendezvousRequestHeaderBytes;
   const size_t want = c.parked ? 1 : static_cast<size_t>(std::min<uint64_t>(
                                           kChunk, total - c.in.size()));
   ssize_t n = ::recv(c.fd, chunk, want, 0);
   if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) return;
   if (n <= 0 || c.parked) return close(c);  // closed, reset, or a request while one waits
-  if (c.in.empty() && c.authenticated) c.deadline = after(options_.message_seconds);
-  if (!c.authenticated) {
-    if (preauth_bytes_ + n > options_.max_preauth_bytes && preauth_bytes_ > 0)
-      return refuse(c, kRdzvBadRequest, "server busy: too many unauthenticated bytes in flight");
-    preauth_bytes_ += n;
-    c.charged += n;
-  }
+  if (c.in.empty() && !c.pending) c.deadline = after(options_.message_seconds);
   c.in.append(chunk, n);
+  if (c.pending) {
+    if (c.in.size() == kRendezvousProofBytes) onProof(c);
+    return;
+  }
   if (!c.header_known && c.in.size() == kRendezvousRequestHeaderBytes) {
     const char* h = c.in.data();
     c.op = static_cast<uint8_t>(h[4]);
@@ -295,6 +308,11 @@ void RendezvousServer::onReadable(Connection& c) {
                         std::to_string(kRendezvousMaxKey) + "), value " +
                         std::to_string(c.value_len) + " bytes (max " +
                         std::to_string(kRendezvousMaxValue) + ")");
+    const uint64_t need = c.key_len + c.value_len + kRendezvousMacBytes;
+    if (inflight_bytes_ + need > options_.max_inflight_bytes && inflight_bytes_ > 0)
+      return refuse(c, kRdzvBusy, "server busy: too many large requests in flight; retry");
+    inflight_bytes_ += need;
+    c.reserved = need;
     c.header_known = true;
   }
   if (c.header_known && c.in.size() == kRendezvousRequestHeaderBytes + c.key_len + c.value_len +
@@ -302,7 +320,24 @@ void RendezvousServer::onReadable(Connection& c) {
     onRequest(c);
 }
 
+void RendezvousServer::onProof(Connection& c) {
+  c.pending = false;
+  pending_.erase(c.in_pending);
+  const std::string proof = c.in;
+  c.in.clear();
+  if (!macEqual(proof, rendezvousProof(secret_, c.nonce)))
+    return refuse(c, kRdzvUnauthenticated, "the proof of the job secret (HMAC) does not match");
+  if (authenticated_ >= options_.max_connections)
+    return refuse(c, kRdzvBusy, "server busy: all " + std::to_string(options_.max_connections) +
+                                    " connection slots are taken; retry");
+  c.authenticated = true;
+  ++authenticated_;
+  respond(c, kRdzvOk, "");  // seq 0
+}
+
 void RendezvousServer::onRequest(Connection& c) {
+  inflight_bytes_ -= c.reserved;  // the bytes are read: what they take is `c.in` until below
+  c.reserved = 0;
   const size_t signed_bytes = c.in.size() - kRendezvousMacBytes;
   const std::string expect =
       hmacSha256(secret_, "tutti-rdzv-req" + c.nonce + c.in.substr(0, signed_bytes));
@@ -313,9 +348,6 @@ void RendezvousServer::onRequest(Connection& c) {
                                                ", expected " + std::to_string(c.seq + 1) +
                                                " (replay?)");
   c.seq = c.req_seq;
-  c.authenticated = true;
-  preauth_bytes_ -= c.charged;
-  c.charged = 0;
   const std::string key = c.in.substr(kRendezvousRequestHeaderBytes, c.key_len);
   const std::string value = c.in.substr(kRendezvousRequestHeaderBytes + c.key_len, c.value_len);
   c.in.clear();
@@ -387,19 +419,14 @@ bool RendezvousServer::tryAnswer(Connection& c) {
 }
 
 void RendezvousServer::respond(Connection& c, uint8_t status, const std::string& payload) {
-  std::string header = "TUTA";
-  header.push_back(static_cast<char>(status));
-  header.append(3, '\0');
-  putLittleEndian(header, c.req_seq, 8);
-  putLittleEndian(header, payload.size(), 8);
-  c.out = header + payload + hmacSha256(secret_, "tutti-rdzv-resp" + c.nonce + header + payload);
+  c.out = rendezvousResponse(secret_, c.nonce, status, c.req_seq, payload);
   c.out_done = 0;
   c.deadline = after(options_.message_seconds);
   flush(c);
 }
 
 void RendezvousServer::refuse(Connection& c, uint8_t status, const std::string& message) {
-  ++rejected_;
+  ++(status == kRdzvBusy ? busy_ : rejected_);
   c.parked = false;
   c.close_after = true;
   respond(c, status, message);
@@ -413,21 +440,25 @@ void RendezvousServer::flush(Connection& c) {
     if (n <= 0) return close(c);
     c.out_done += static_cast<size_t>(n);
   }
-  const bool hello = !c.authenticated && c.seq == 0 && c.in.empty() && !c.close_after;
   c.out.clear();
   c.out_done = 0;
   if (c.close_after) return close(c);
-  // After the hello the pre-authentication deadline stays; after a response, the idle one.
-  c.deadline = hello ? c.accepted + std::chrono::microseconds(
-                                        static_cast<int64_t>(options_.preauth_seconds * 1e6))
-                     : after(options_.idle_seconds);
+  // After the hello the deadline of the proof stays; after a response, the idle one.
+  if (!c.pending) c.deadline = after(options_.idle_seconds);
 }
 
 void RendezvousServer::close(Connection& c) {
   if (c.closed) return;
   c.closed = true;
-  preauth_bytes_ -= c.charged;
-  c.charged = 0;
+  if (c.pending) {
+    c.pending = false;
+    pending_.erase(c.in_pending);
+    ++dropped_;
+  }
+  if (c.authenticated) --authenticated_;
+  c.authenticated = false;
+  inflight_bytes_ -= c.reserved;
+  c.reserved = 0;
   ::shutdown(c.fd, SHUT_RDWR);  // the fd itself is closed by the loop, after this round
 }
 

@@ -32,5 +32,34 @@ bool macEqual(const std::string& a, const std::string& b) {
   return a.size() == b.size() && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
 }
 
+std::string rendezvousProof(const std::string& secret, const std::string& nonce) {
+  return "TUTC" + hmacSha256(secret, "tutti-rdzv-auth" + nonce);
+}
+
+std::string rendezvousRequest(const std::string& secret, const std::string& nonce, uint8_t op,
+                              uint64_t seq, uint32_t timeout_ms, const std::string& key,
+                              const std::string& value) {
+  std::string frame = "TUTQ";
+  frame.push_back(static_cast<char>(op));
+  frame.append(3, '\0');
+  putLittleEndian(frame, seq, 8);
+  putLittleEndian(frame, timeout_ms, 4);
+  putLittleEndian(frame, key.size(), 4);
+  putLittleEndian(frame, value.size(), 8);
+  frame += key;
+  frame += value;
+  return frame + hmacSha256(secret, "tutti-rdzv-req" + nonce + frame);
+}
+
+std::string rendezvousResponse(const std::string& secret, const std::string& nonce,
+                               uint8_t status, uint64_t seq, const std::string& payload) {
+  std::string header = "TUTA";
+  header.push_back(static_cast<char>(status));
+  header.append(3, '\0');
+  putLittleEndian(header, seq, 8);
+  putLittleEndian(header, payload.size(), 8);
+  return header + payload + hmacSha256(secret, "tutti-rdzv-resp" + nonce + header + payload);
+}
+
 }  // namespace detail
 }  // namespace tutti

@@ -1,7 +1,8 @@
 """The job's authenticated key-value rendezvous server (and a Python client for it).
 
 Wire protocol, version 2, integers little-endian (the C++ client is
-backends/gloo/rendezvous_client.cc):
+backends/gloo/rendezvous_client.cc; backends/gloo/rendezvous_server.cc is a C++ server of it,
+with the same limits, that rank 0 hosts under plain srun):
  1. On accept the server sends a hello: "TUTH", version 2, a 16-byte random nonce.
  2. The client proves that it holds the job secret before anything else: "TUTC" and
     HMAC-SHA256(secret, b"tutti-rdzv-auth" + nonce), 36 bytes. Until those 36 bytes have

@@ -1,6 +1,8 @@
 // The pieces of gloo under srun that need no Slurm: the host list parser, the port, the
-// secret, and the in-process rendezvous server against the real client and raw sockets
-// (bad MAC, replay, oversized, malformed, idle, busy, too many connections).
+// secret, and the in-process rendezvous server (protocol 2) against the real C++ client,
+// tuttirun's Python client and raw sockets: the proof of the secret (right, wrong, late),
+// bad MAC, replay, oversized, malformed, BUSY (slots and bytes in flight) with the client's
+// retries, and the attacks of issue 10, defect 5.
 #include "backends/gloo/rendezvous_client.h"
 #include "backends/gloo/rendezvous_server.h"
 #include "backends/gloo/rendezvous_wire.h"
@@ -9,14 +11,17 @@
 #include "test/catch.h"
 
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <set>
 #include <thread>
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -68,7 +73,22 @@ class Peer {
     }
     return out;
   }
-  std::string hello() { return read(kRendezvousHelloBytes).substr(5); }
+  std::string hello() {
+    const std::string h = read(kRendezvousHelloBytes);
+    return h.size() == kRendezvousHelloBytes ? h.substr(5) : std::string();
+  }
+  // Reads the hello and sends the proof of `secret`; returns the nonce.
+  std::string prove(const std::string& secret) {
+    const std::string nonce = hello();
+    send(rendezvousProof(secret, nonce));
+    return nonce;
+  }
+  // prove(), and the server's OK; returns the nonce.
+  std::string authenticate() {
+    const std::string nonce = prove(raw());
+    REQUIRE(reply().first == kRdzvOk);
+    return nonce;
+  }
   void send(const std::string& bytes) {
     ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL);
   }
@@ -104,8 +124,7 @@ std::string header(uint8_t op, uint64_t seq, uint32_t timeout, uint32_t klen, ui
 
 std::string request(const std::string& secret, const std::string& nonce, uint8_t op,
                     uint64_t seq, const std::string& key, const std::string& value) {
-  std::string frame = header(op, seq, 0, key.size(), value.size()) + key + value;
-  return frame + hmacSha256(secret, "tutti-rdzv-req" + nonce + frame);
+  return rendezvousRequest(secret, nonce, op, seq, 0, key, value);
 }
 
 // The next reply is a refusal with `status` and a message containing `text`; then the
@@ -117,17 +136,22 @@ void expectRefusal(Peer& p, int status, const std::string& text) {
   CHECK(p.closedWithin(2));
 }
 
-// Waits (at most 2 s) until the server holds `n` connections.
-bool waitForConnections(const RendezvousServer& server, size_t n) {
-  for (int i = 0; i < 100 && server.connections() != n; ++i)
+// Waits (at most `seconds`) until `count()` is `n`.
+template <typename Count>
+bool waitFor(Count count, uint64_t n, double seconds = 2) {
+  for (int i = 0; i < seconds * 50 && count() != n; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  return server.connections() == n;
+  return count() == n;
+}
+
+double since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 RendezvousServerOptions quick() {
   RendezvousServerOptions o;
   o.bind_host = "127.0.0.1";
-  o.preauth_seconds = 0.5;
+  o.auth_seconds = 0.5;
   o.idle_seconds = 0.5;
   o.message_seconds = 2;
   return o;
@@ -216,14 +240,21 @@ TEST_CASE("the in-process server serves the real client") {
   CHECK(server.rejected() == 0);
 }
 
-TEST_CASE("the server refuses bad MACs, replays, oversized and malformed requests") {
+TEST_CASE("the server refuses wrong proofs, bad MACs, replays, oversized and malformed "
+          "requests") {
   RendezvousServer server(raw(), quick());
   RendezvousClient wrong("127.0.0.1", server.port(), std::string(16, 'w'), 5.0, 3);
   CHECK_THAT(thrown([&] { wrong.set("k", {'x'}); }),
-             Catch::Contains("rejected the request's HMAC") && Catch::Contains("job secret"));
+             Catch::Contains("refused this rank's proof of the job secret") &&
+                 Catch::Contains("TUTTI_SECRET"));
   {
     Peer p(server.port());
-    const std::string nonce = p.hello();
+    p.prove(std::string(16, 'w'));
+    expectRefusal(p, kRdzvUnauthenticated, "proof of the job secret (HMAC) does not match");
+  }
+  {
+    Peer p(server.port());
+    const std::string nonce = p.authenticate();
     p.send(request(raw(), nonce, kRdzvSet, 1, "a", "1"));
     CHECK(p.reply().first == kRdzvOk);
     p.send(request(raw(), nonce, kRdzvSet, 1, "a", "2"));  // seq 1 again: a replay
@@ -231,54 +262,217 @@ TEST_CASE("the server refuses bad MACs, replays, oversized and malformed request
   }
   {
     Peer p(server.port());
-    p.hello();
+    const std::string nonce = p.authenticate();
+    p.send(request(std::string(16, 'w'), nonce, kRdzvSet, 1, "a", "3"));  // proved, then forged
+    expectRefusal(p, kRdzvUnauthenticated, "HMAC does not match");
+  }
+  {
+    Peer p(server.port());
+    p.authenticate();
     p.send(header(kRdzvSet, 1, 0, 1, 1ull << 40));  // claims a 1 TiB value
     expectRefusal(p, kRdzvBadRequest, "request too large");
   }
   {
     Peer p(server.port());
-    p.hello();
+    p.authenticate();
     p.send(header(9, 1, 0, 1, 1));  // op 9
     expectRefusal(p, kRdzvBadRequest, "malformed request");
   }
-  CHECK(server.rejected() == 4);
+  CHECK(server.rejected() == 6);
   RendezvousClient good("127.0.0.1", server.port(), raw(), 5.0, 0);
   CHECK(good.get("a") == std::vector<char>{'1'});  // the refusals took nothing down
+  CHECK(server.busy() == 0);
 }
 
-TEST_CASE("unauthenticated peers hold no slot or memory for long") {
-  auto options = quick();
-  options.max_preauth_bytes = 4096;
-  options.max_connections = 3;
-  RendezvousServer server(raw(), options);
-  const auto start = std::chrono::steady_clock::now();
+TEST_CASE("a connection has auth_seconds to prove the secret; the oldest waiting goes first") {
   {
+    RendezvousServer server(raw(), quick());
+    const auto start = std::chrono::steady_clock::now();
     Peer idle(server.port());  // says nothing after the hello
     idle.hello();
+    Peer slow(server.port());  // half a proof
+    slow.send(rendezvousProof(raw(), slow.hello()).substr(0, 20));
     CHECK(idle.closedWithin(3));
-    const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
-                            .count();
-    CHECK((took >= 0.4 && took < 2.0));
+    CHECK(slow.closedWithin(1));
+    CHECK((since(start) >= 0.4 && since(start) < 2.0));
+    CHECK(waitFor([&] { return server.dropped(); }, 2));
+    CHECK(server.rejected() == 0);
   }
+  auto options = quick();
+  options.auth_seconds = 30;
+  options.max_pending = 3;
+  RendezvousServer server(raw(), options);
+  Peer p1(server.port()), p2(server.port()), p3(server.port());
+  p1.hello();
+  p2.hello();
+  p3.hello();
+  CHECK(waitFor([&] { return server.pending(); }, 3));
+  Peer p4(server.port());  // a fourth waits: the oldest, p1, makes room
+  const std::string nonce = p4.hello();
+  CHECK(p1.closedWithin(2));
+  CHECK_FALSE(p2.closedWithin(0.2));
+  CHECK(server.dropped() == 1);
+  p4.send(rendezvousProof(raw(), nonce));
+  CHECK(p4.reply().first == kRdzvOk);
+  CHECK(waitFor([&] { return server.connections(); }, 1));
+}
+
+TEST_CASE("a full server answers BUSY and the client retries until its deadline") {
+  auto options = quick();
+  options.idle_seconds = 30;
+  options.max_connections = 2;
+  RendezvousServer server(raw(), options);
+  auto a = std::make_unique<RendezvousClient>("127.0.0.1", server.port(), raw(), 5.0, 0);
+  RendezvousClient b("127.0.0.1", server.port(), raw(), 5.0, 1);
+  a->set("k", {'1'});  // a and b hold both slots
+  b.set("k", {'2'});
   {
-    Peer slow(server.port());  // a header claiming 1 MiB, then body bytes past the budget
-    slow.hello();
-    slow.send(header(kRdzvSet, 1, 0, 1, 1 << 20) + std::string(8192, 'x'));
-    expectRefusal(slow, kRdzvBadRequest, "server busy");
+    Peer p(server.port());
+    p.prove(raw());
+    expectRefusal(p, kRdzvBusy, "all 2 connection slots are taken");
   }
+  RendezvousClient late("127.0.0.1", server.port(), raw(), 0.5, 2);
+  CHECK_THAT(thrown([&] { late.get("k"); }),
+             Catch::Contains("could not connect") && Catch::Contains("server busy"));
+  const uint64_t busy_before = server.busy();
+  CHECK(busy_before >= 2);
+  std::thread release([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    a.reset();  // a slot comes back
+  });
+  const auto start = std::chrono::steady_clock::now();
+  RendezvousClient patient("127.0.0.1", server.port(), raw(), 5.0, 2);
+  CHECK(patient.get("k") == std::vector<char>{'2'});
+  release.join();
+  CHECK(since(start) >= 0.4);
+  CHECK(server.busy() > busy_before);
+  CHECK(server.rejected() == 0);
+}
+
+TEST_CASE("a request past the bytes in flight is answered BUSY and sent again") {
+  auto options = quick();
+  options.message_seconds = 1;
+  options.max_inflight_bytes = 4096;
+  RendezvousServer server(raw(), options);
+  Peer big(server.port());  // a header claiming 1 MiB, then nothing: it holds the budget
+  big.authenticate();
+  big.send(header(kRdzvSet, 1, 0, 1, 1 << 20));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
   {
-    Peer p1(server.port()), p2(server.port()), p3(server.port());
-    p1.hello();
-    p2.hello();
-    p3.hello();
-    CHECK(waitForConnections(server, 3));
-    Peer p4(server.port());  // past max_connections: closed at once
-    CHECK(p4.closedWithin(2));
+    Peer p(server.port());
+    p.authenticate();
+    p.send(header(kRdzvSet, 1, 0, 1, 100));
+    expectRefusal(p, kRdzvBusy, "too many large requests in flight");
   }
-  CHECK(waitForConnections(server, 0));  // every slot comes back once the peers are gone
-  RendezvousClient good("127.0.0.1", server.port(), raw(), 5.0, 0);
-  good.set("k", {'1'});
-  CHECK(good.get("k") == std::vector<char>{'1'});
+  const auto start = std::chrono::steady_clock::now();
+  RendezvousClient client("127.0.0.1", server.port(), raw(), 5.0, 0);
+  client.set("k", std::vector<char>(100, 'v'));  // BUSY until `big` passes its 1 s deadline
+  CHECK(since(start) >= 0.5);
+  CHECK(big.closedWithin(1));
+  CHECK(client.get("k").size() == 100);
+  CHECK(server.busy() >= 2);
+}
+
+TEST_CASE("issue 10, defect 5: peers without the secret hold no memory or slots") {
+  SECTION("headers claiming 64 MiB bodies are refused at once and reserve nothing") {
+    auto options = quick();
+    options.auth_seconds = 10;
+    RendezvousServer server(raw(), options);
+    std::vector<std::unique_ptr<Peer>> evil;
+    for (int i = 0; i < 4; ++i) {
+      evil.push_back(std::make_unique<Peer>(server.port()));
+      evil.back()->hello();  // the first 36 bytes are taken as the proof
+      evil.back()->send(header(kRdzvSet, 1, 0, 8, (64ull << 20) - 64) + "key/evil");
+    }
+    RendezvousClient client("127.0.0.1", server.port(), raw(), 5.0, 0);
+    client.set("big", std::vector<char>(1 << 20, 'x'));  // needs the budget they asked for
+    CHECK(client.get("big").size() == size_t(1) << 20);
+    for (auto& p : evil) expectRefusal(*p, kRdzvUnauthenticated, "proof of the job secret");
+    CHECK(server.rejected() == 4);
+  }
+  SECTION("thousands of idle connections do not keep ranks out") {
+    rlimit limit{};
+    ::getrlimit(RLIMIT_NOFILE, &limit);
+    limit.rlim_cur = std::min<rlim_t>(limit.rlim_max, 2 * 4200 + 256);
+    ::setrlimit(RLIMIT_NOFILE, &limit);
+    const size_t count = std::min<size_t>(4200, (limit.rlim_cur - 256) / 2);
+    REQUIRE(count > 1100);  // past max_pending (1024): the oldest are evicted
+    RendezvousServer server(raw(), RendezvousServerOptions{});  // the defaults: 2 s, 1024
+    const auto start = std::chrono::steady_clock::now();
+    std::vector<std::unique_ptr<Peer>> idle;
+    for (size_t i = 0; i < count; ++i) {
+      idle.push_back(std::make_unique<Peer>(server.port()));
+      idle.back()->hello();
+    }
+    std::vector<std::string> errors(3);
+    std::vector<std::thread> ranks;
+    for (int r = 0; r < 3; ++r)
+      ranks.emplace_back([&, r] {
+        errors[r] = thrown([&] {
+          RendezvousClient c("127.0.0.1", server.port(), raw(), 20.0, r);
+          c.set("rank/" + std::to_string(r), {char('0' + r)});
+          for (int other = 0; other < 3; ++other)
+            if (c.get("rank/" + std::to_string(other)) != std::vector<char>{char('0' + other)})
+              throw std::runtime_error("rank " + std::to_string(other) + ": wrong value");
+        });
+      });
+    for (auto& t : ranks) t.join();
+    for (const auto& e : errors) CHECK(e == "(nothing thrown)");
+    CHECK(since(start) < 15);
+    CHECK(waitFor([&] { return server.dropped(); }, count, 10));  // each closed, none served
+    CHECK(idle.front()->closedWithin(1));
+    CHECK(server.pending() == 0);
+  }
+}
+
+// tuttirun's Python client (launcher/tuttirun_lib/rendezvous.py) against this server.
+TEST_CASE("the Python client speaks the same protocol") {
+  const char* python = "/usr/bin/python3";
+  if (::access(python, X_OK) != 0) {
+    WARN("no /usr/bin/python3: the Python client is not tried");
+    return;
+  }
+  RendezvousServer server(raw(), quick());
+  server.set("cpp", "from c++");
+  char path[] = "/tmp/tutti-slurm-unit-XXXXXX";
+  const int fd = ::mkstemp(path);
+  REQUIRE(fd >= 0);
+  const std::string script = R"(import sys
+sys.path.insert(0, sys.argv[1])
+from tuttirun_lib import rendezvous as rv
+port, secret = int(sys.argv[2]), bytes.fromhex(sys.argv[3])
+c = rv.RendezvousClient("127.0.0.1", port, secret, timeout=5)
+c.set(b"py", b"from python")
+assert c.get(b"cpp", 5000) == b"from c++"
+assert c.add(b"n", 7) == 7
+c.wait([b"py", b"cpp"], 1000)
+try:
+    rv.RendezvousClient("127.0.0.1", port, b"w" * 16, timeout=5)
+    sys.exit("a wrong secret was accepted")
+except rv.RendezvousError as e:
+    assert e.status == rv.UNAUTHENTICATED, e
+print("python client ok")
+)";
+  REQUIRE(::write(fd, script.data(), script.size()) == ssize_t(script.size()));
+  ::close(fd);
+  const std::string command = std::string("timeout 30 ") + python + " " + path + " " +
+                              TUTTI_SOURCE_DIR "/launcher " + std::to_string(server.port()) +
+                              " " + kSecret + " 2>&1";
+  std::string output;
+  FILE* pipe = ::popen(command.c_str(), "r");
+  REQUIRE(pipe);
+  char buf[512];
+  while (::fgets(buf, sizeof(buf), pipe)) output += buf;
+  const int status = ::pclose(pipe);
+  ::unlink(path);
+  INFO(output);
+  CHECK(status == 0);
+  CHECK_THAT(output, Catch::Contains("python client ok"));
+  RendezvousClient client("127.0.0.1", server.port(), raw(), 5.0, 0);
+  CHECK(client.get("py") == std::vector<char>{'f', 'r', 'o', 'm', ' ', 'p', 'y', 't', 'h',
+                                              'o', 'n'});
+  CHECK(client.add("n", 0) == 7);
+  CHECK(server.rejected() == 1);  // the wrong secret's proof
 }
 
 TEST_CASE("the server refuses a short secret and a port in use") {

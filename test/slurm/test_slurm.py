@@ -13,6 +13,7 @@ without them. Environment (set by CTest): PROBE, INTEG_DIR, EXIT_DRIVER, WITH_MP
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -30,6 +31,9 @@ WITH_MPI = os.environ.get("WITH_MPI", "").upper() in ("1", "ON", "TRUE", "YES")
 SKIP_CODE = 77
 SECRET = os.urandom(32).hex()
 DEADLINE = 10  # TUTTI_TIMEOUT_SECONDS in the failure test
+# The whole run's deadline, so that Slurm is stopped (up to 60 s) before CTest's 240 s
+# TIMEOUT kills this process, which would leave the daemons running.
+RUN_DEADLINE = 170
 HOST = os.uname().nodename.split(".")[0]
 
 
@@ -247,9 +251,19 @@ class MpiUnderSrun(SlurmCases, unittest.TestCase):
         self.assertNotIn("OMPI was not built with SLURM's PMI support", out)
         self.assertLess(took, 15, out)
 
+def stop_at_run_deadline(signum, frame):
+    print("test_slurm: still running after %d s: stopping Slurm (slurm.sh down) and failing"
+          % RUN_DEADLINE, flush=True)
+    down = slurm("down")
+    print(down.stdout, flush=True)
+    os._exit(1)
+
+
 if __name__ == "__main__":
     reason = why_not_runnable()
     if reason:
         print("SKIPPED: " + reason)
         sys.exit(SKIP_CODE)
+    signal.signal(signal.SIGALRM, stop_at_run_deadline)
+    signal.alarm(RUN_DEADLINE)
     unittest.main(verbosity=2)
