@@ -2,6 +2,7 @@
 
 #include "core/common.h"
 
+#include <cctype>
 #include <cerrno>
 #include <cstdlib>
 #include <fstream>
@@ -99,11 +100,18 @@ const std::vector<ConfigVar>& configTable() {
          c.start_timeout_seconds = parseDouble("TUTTI_START_TIMEOUT_SECONDS", v, 0.1, 1e9);
        }},
       {"TUTTI_LOG_LEVEL", "enum", "warning", "trace, debug, info, warning, error, fatal",
-       "Messages at this level and above go to stderr, prefixed with the rank.",
+       "Messages at this level and above go to stderr, prefixed with the rank; any case "
+       "(INFO = info). info: the settings in force, topology and backends, once (rank 0); "
+       "debug: the same on every rank and each round's decisions; trace: every op.",
        [](const std::string& v, Config& c) {
-         std::string level = parseChoice("TUTTI_LOG_LEVEL", v, kLogLevels);
+         std::string lower = v;
+         for (auto& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
          for (size_t i = 0; i < kLogLevels.size(); ++i)
-           if (kLogLevels[i] == level) c.log_level = static_cast<LogLevel>(i);
+           if (kLogLevels[i] == lower) {
+             c.log_level = static_cast<LogLevel>(i);
+             return;
+           }
+         parseChoice("TUTTI_LOG_LEVEL", v, kLogLevels);  // throws, naming the value given
        }},
       {"TUTTI_CACHE_CAPACITY", "int", "1024", "[0, 1048576]",
        "Response cache entries per process set; 0 disables the cache (every op is negotiated "
@@ -128,11 +136,22 @@ const std::vector<ConfigVar>& configTable() {
        [](const std::string& v, Config& c) {
          c.stall_shutdown_seconds = parseDouble("TUTTI_STALL_SHUTDOWN_TIME_SECONDS", v, 0, 1e9);
        }},
-      {"TUTTI_TIMELINE", "string", "(off)", "a file path",
-       "Writes a Chrome trace (chrome://tracing, Perfetto) of every op's negotiation and "
-       "execution on this rank to the path, with the rank appended when the job has more "
-       "than one.",
+      {"TUTTI_TIMELINE", "string", "(off)", "a directory/ or a file path",
+       "Writes a Chrome trace (chrome://tracing, Perfetto) of every op's phases. A "
+       "directory (ending in / or existing): every rank writes dir/rank-N.json (merge them "
+       "with tutti-timeline merge); a file path: rank 0 only, as Horovod's "
+       "HOROVOD_TIMELINE. DYNAMIC: none until start_timeline.",
        [](const std::string& v, Config& c) { c.timeline_filename = v; }},
+      {"TUTTI_TIMELINE_MARK_CYCLES", "bool", "0", "0, 1",
+       "Marks every round (CYCLE_START) on the timeline's rounds row "
+       "(tuttirun --timeline-mark-cycles).",
+       [](const std::string& v, Config& c) {
+         c.timeline_mark_cycles = parseBool("TUTTI_TIMELINE_MARK_CYCLES", v);
+       }},
+      {"TUTTI_STATS", "bool", "0", "0, 1",
+       "Each rank prints its counters (ops and bytes by op and backend, fused batches, cache "
+       "hits, time per phase) to stderr at shutdown.",
+       [](const std::string& v, Config& c) { c.print_stats = parseBool("TUTTI_STATS", v); }},
       {"TUTTI_GLOO_IFACE", "string", "(the rendezvous route)", "an interface name",
        "Network interface for gloo's TCP pairs (tuttirun --network-interface).",
        [](const std::string& v, Config& c) { c.gloo_iface = v; }},
@@ -230,10 +249,36 @@ Config parseConfig(const std::map<std::string, std::string>* env_in) {
   Config config;
   for (const auto& var : configTable()) {
     auto it = env.find(var.name);
-    if (it != env.end()) var.parse(it->second, config);
+    if (it == env.end()) continue;
+    var.parse(it->second, config);
+    config.given[var.name] = it->second;
+  }
+  auto launcher = env.find("TUTTI_LAUNCHER_SETTINGS");
+  if (launcher != env.end()) {
+    std::istringstream names(launcher->second);
+    for (std::string name; std::getline(names, name, ',');)
+      if (!name.empty()) config.from_launcher.push_back(name);
   }
   config.topology = parseTopology(env);
   return config;
+}
+
+std::vector<std::string> settingsInForce(const Config& config) {
+  std::vector<std::string> lines;
+  for (const auto& var : configTable()) {
+    const std::string name = var.name;
+    auto it = config.given.find(name);
+    if (it == config.given.end()) {
+      lines.push_back(name + "=" + var.default_text + " (default)");
+      continue;
+    }
+    bool by_launcher = false;
+    for (const auto& l : config.from_launcher) by_launcher = by_launcher || l == name;
+    const bool secret = name == "TUTTI_SECRET";
+    lines.push_back(name + "=" + (secret ? std::string("(set)") : it->second) +
+                    (by_launcher ? " (tuttirun)" : " (environment)"));
+  }
+  return lines;
 }
 
 std::string configMarkdown() {
