@@ -6,6 +6,10 @@
 #include <algorithm>
 
 namespace tutti {
+namespace {
+// What is said once per job: rank 0 (of the job or set) logs it at info, every rank at debug.
+LogLevel startupLevel(int rank) { return rank == 0 ? LogLevel::kInfo : LogLevel::kDebug; }
+}  // namespace
 
 std::shared_ptr<Timeline> Runtime::timeline() const {
   if (!timeline_on_.load(std::memory_order_acquire)) return nullptr;
@@ -29,7 +33,9 @@ Status Runtime::startTimeline(const std::string& path, bool mark_cycles) {
     return e.status();
   }
   timeline_on_ = true;
-  TUTTI_LOG(kInfo) << "timeline: writing " << file << (mark_cycles ? " (cycles marked)" : "");
+  const LogLevel level = startupLevel(config_.topology.rank);
+  if (logEnabled(level))
+    logLine(level, "timeline: writing " + file + (mark_cycles ? " (cycles marked)" : ""));
   return Status::OK();
 }
 
@@ -60,11 +66,6 @@ void Runtime::syncClock(ProcessSet& global) {
   TUTTI_LOG(kInfo) << "job clock: every rank's offset to rank 0 measured; largest error +-"
                    << worst << " us (rank " << worst_rank << ")";
 }
-
-namespace {
-// Rank 0 (of the job or set) logs at info, every rank at debug.
-LogLevel startupLevel(int rank) { return rank == 0 ? LogLevel::kInfo : LogLevel::kDebug; }
-}  // namespace
 
 void Runtime::logStartup() const {
   const LogLevel level = startupLevel(config_.topology.rank);
