@@ -152,6 +152,29 @@ const std::vector<ConfigVar>& configTable() {
        "Each rank prints its counters (ops and bytes by op and backend, fused batches, cache "
        "hits, time per phase) to stderr at shutdown.",
        [](const std::string& v, Config& c) { c.print_stats = parseBool("TUTTI_STATS", v); }},
+      {"TUTTI_AUTOTUNE", "bool", "0", "0, 1",
+       "Tunes TUTTI_FUSION_THRESHOLD and TUTTI_CYCLE_TIME_MS while the job runs, by the bytes "
+       "per second of measured windows (tuttirun --autotune; docs/PERFORMANCE.md).",
+       [](const std::string& v, Config& c) { c.autotune = parseBool("TUTTI_AUTOTUNE", v); }},
+      {"TUTTI_AUTOTUNE_LOG", "string", "(none)", "a file path",
+       "Rank 0 writes every autotune window there as CSV (tuttirun --autotune-log-file).",
+       [](const std::string& v, Config& c) { c.autotune_log = v; }},
+      {"TUTTI_AUTOTUNE_WINDOW_SECONDS", "float", "0.5", "[0.001, 3600]",
+       "Length of one autotune window.",
+       [](const std::string& v, Config& c) {
+         c.autotune_window_seconds = parseDouble("TUTTI_AUTOTUNE_WINDOW_SECONDS", v, 0.001, 3600);
+       }},
+      {"TUTTI_AUTOTUNE_WARMUP_WINDOWS", "int", "3", "[0, 1000]",
+       "Windows at the start that autotune does not score.",
+       [](const std::string& v, Config& c) {
+         c.autotune_warmup_windows =
+             static_cast<int>(parseInt("TUTTI_AUTOTUNE_WARMUP_WINDOWS", v, 0, 1000));
+       }},
+      {"TUTTI_AUTOTUNE_SAMPLES", "int", "3", "[1, 1000]",
+       "Windows scored per candidate setting (the median counts).",
+       [](const std::string& v, Config& c) {
+         c.autotune_samples = static_cast<int>(parseInt("TUTTI_AUTOTUNE_SAMPLES", v, 1, 1000));
+       }},
       {"TUTTI_GLOO_IFACE", "string", "(the rendezvous route)", "an interface name",
        "Network interface for gloo's TCP pairs (tuttirun --network-interface).",
        [](const std::string& v, Config& c) { c.gloo_iface = v; }},

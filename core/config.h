@@ -36,6 +36,11 @@ struct Config {
   std::string timeline_filename;
   bool timeline_mark_cycles = false;
   bool print_stats = false;  // TUTTI_STATS: counters to stderr at shutdown
+  bool autotune = false;
+  std::string autotune_log;
+  double autotune_window_seconds = 0.5;
+  int autotune_warmup_windows = 3;
+  int autotune_samples = 3;
   std::string gloo_iface;
   std::string rendezvous_addr;
   int rendezvous_port = 0;

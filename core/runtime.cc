@@ -17,7 +17,8 @@ Runtime::Runtime(Config config) : Runtime(config, makeTransport(config)) {}
 Runtime::Runtime(Config config, std::unique_ptr<Transport> transport)
     : config_(std::move(config)),
       transport_(std::move(transport)),
-      executor_(config_, stats_) {
+      executor_(config_, stats_),
+      tuned_{config_.fusion_threshold, config_.cycle_time_ms} {
   setLogLevel(config_.log_level);
   setLogRank(config_.topology.size > 1 ? config_.topology.rank : -1);
   if (transport_->rank() != config_.topology.rank || transport_->size() != config_.topology.size)
@@ -299,7 +300,10 @@ void Runtime::loop() {
   // Sleeps in the backends' wait loops are short; the default 50 us timer slack would
   // stretch every one of them.
   prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
-  const auto base = std::chrono::duration<double, std::milli>(std::max(config_.cycle_time_ms, 0.05));
+  auto cycle = [this] {  // autotune may change it between rounds
+    return std::chrono::duration<double, std::milli>(std::max(tuned_.cycle_time_ms, 0.05));
+  };
+  auto base = cycle();
   auto idle = base;
   bool had_work = false;
   while (true) {
@@ -331,6 +335,7 @@ void Runtime::loop() {
       stop(Status(StatusCode::kInternal, error.what()));
       return;
     }
+    if (cycle() != base) idle = base = cycle();
     idle = had_work ? base : std::min(idle * 2, base * 32);
   }
 }

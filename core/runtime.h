@@ -29,6 +29,7 @@
 #pragma once
 
 #include "backends/backend.h"
+#include "core/autotune.h"
 #include "core/config.h"
 #include "core/executor.h"
 #include "core/handle_table.h"
@@ -106,6 +107,10 @@ class Runtime {
   // Root with a timeline: marks which ranks the tensors that arrived still wait for.
   void markMissing(ProcessSet& set, const std::vector<Request>& arrived, Clock::time_point now,
                    Timeline* tl);
+  // Autotune, every kTuneEveryRounds rounds on every rank: rank 0 scores the window that
+  // ended and broadcasts the settings; every rank applies them (core/autotune.h).
+  static constexpr uint64_t kTuneEveryRounds = 4;
+  void tune(ProcessSet& global);
   void logRound(const ProcessSet& set, const std::vector<Response>& plan, size_t cache_hits) const;
   std::string checkStalls(ProcessSet& set);  // root: warns; returns a fatal message if due
   void applySetChange(const Response& response);
@@ -140,6 +145,10 @@ class Runtime {
   std::shared_ptr<Timeline> timeline_;  // under timeline_mu_; null when off
   std::atomic<bool> timeline_on_{false};
   uint64_t rounds_ = 0;  // background thread only
+  TuneSettings tuned_;   // in force; background thread only (autotune changes it)
+  std::unique_ptr<Autotuner> autotuner_;  // rank 0 with TUTTI_AUTOTUNE
+  Clock::time_point tune_window_start_;
+  int64_t tune_window_bytes_ = 0;
 
   mutable std::mutex sets_mu_;
   std::map<int, std::shared_ptr<ProcessSet>> sets_;

@@ -122,6 +122,9 @@ bool Runtime::runRound(bool* had_work) {
   const auto and_start = Clock::now();
   sets[0]->control->allreduceAnd(bits, deadlineAfter(config_.timeout_seconds));
   stats_.addTime(StatTime::kNegotiation, Clock::now() - and_start);
+  // Every rank runs the same rounds (the AND above is collective), so each one reaches
+  // this point in the same round: rank 0's autotune choice applies everywhere at once.
+  if (config_.autotune && bitSet(bits, 0) && rounds_ % kTuneEveryRounds == 0) tune(*sets[0]);
 
   // 3-4. Cached ops every member holds, then negotiation, then execution, set by set.
   *had_work = false;
@@ -185,7 +188,7 @@ bool Runtime::runRound(bool* had_work) {
           tl->end(set.id, r.op, name);
           tl->begin(set.id, r.op, name, "WAIT_FOR_BATCH");
         }
-    const std::vector<Response> plan = planFusion(std::move(responses), config_.fusion_threshold);
+    const std::vector<Response> plan = planFusion(std::move(responses), tuned_.fusion_threshold);
     if (logEnabled(LogLevel::kDebug)) logRound(set, plan, ready.size());
     for (const auto& response : plan) {
       notes.batches += 1;

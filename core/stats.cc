@@ -17,34 +17,28 @@ void Stats::addOp(OpType op, const char* backend, int64_t tensors, int64_t bytes
 }
 
 void Stats::addFusedBatch(int64_t tensors, int64_t bytes) {
-  std::lock_guard<std::mutex> lock(mu_);
-  scalars_[kFusedBatches] += 1;
-  scalars_[kFusedTensors] += tensors;
-  scalars_[kFusedBytes] += bytes;
-  scalars_[kFusedMaxBytes] = std::max(scalars_[kFusedMaxBytes], bytes);
+  add(kFusedBatches, 1);
+  add(kFusedTensors, tensors);
+  add(kFusedBytes, bytes);
+  if (bytes > scalars_[kFusedMaxBytes].load(std::memory_order_relaxed))  // one writer
+    scalars_[kFusedMaxBytes].store(bytes, std::memory_order_relaxed);
 }
 
 void Stats::addCache(int64_t hits, int64_t misses) {
-  std::lock_guard<std::mutex> lock(mu_);
-  scalars_[kCacheHits] += hits;
-  scalars_[kCacheMisses] += misses;
+  add(kCacheHits, hits);
+  add(kCacheMisses, misses);
 }
 
 void Stats::addRound(bool had_work) {
-  std::lock_guard<std::mutex> lock(mu_);
-  scalars_[kRounds] += 1;
-  if (had_work) scalars_[kRoundsWithWork] += 1;
+  add(kRounds, 1);
+  if (had_work) add(kRoundsWithWork, 1);
 }
 
-void Stats::addError() {
-  std::lock_guard<std::mutex> lock(mu_);
-  scalars_[kErrors] += 1;
-}
+void Stats::addError() { add(kErrors, 1); }
 
 void Stats::addTime(StatTime what, Clock::duration d) {
-  const int64_t ns = std::chrono::duration_cast<std::chrono::nanoseconds>(d).count();
-  std::lock_guard<std::mutex> lock(mu_);
-  scalars_[kNegotiationNs + static_cast<int>(what)] += ns;
+  add(static_cast<Scalar>(kNegotiationNs + static_cast<int>(what)),
+      std::chrono::duration_cast<std::chrono::nanoseconds>(d).count());
 }
 
 std::vector<std::pair<std::string, int64_t>> Stats::snapshot() const {
@@ -54,8 +48,9 @@ std::vector<std::pair<std::string, int64_t>> Stats::snapshot() const {
       "errors",          "time.negotiation_ns", "time.pack_ns", "time.backend_ns",
       "time.unpack_ns"};
   std::vector<std::pair<std::string, int64_t>> out;
+  for (int i = 0; i < kNumScalars; ++i)
+    out.emplace_back(names[i], scalars_[i].load(std::memory_order_relaxed));
   std::lock_guard<std::mutex> lock(mu_);
-  for (int i = 0; i < kNumScalars; ++i) out.emplace_back(names[i], scalars_[i]);
   for (const auto& p : per_op_) {
     const std::string prefix = std::string("op.") + opTypeName(p.op) + "." + p.backend + ".";
     out.emplace_back(prefix + "calls", p.calls);
@@ -64,6 +59,13 @@ std::vector<std::pair<std::string, int64_t>> Stats::snapshot() const {
   }
   std::sort(out.begin(), out.end());
   return out;
+}
+
+int64_t Stats::totalBytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  int64_t total = 0;
+  for (const auto& p : per_op_) total += p.bytes;
+  return total;
 }
 
 std::string Stats::report() const {

@@ -1,6 +1,7 @@
 // Counters of one rank since init: ops and bytes by op and backend, fused batches, cache
 // hits and misses, rounds, and the time spent negotiating, packing, in the backend and
-// unpacking. The background thread adds; any thread reads a snapshot. Thread-safe.
+// unpacking. The background thread adds; any thread reads a snapshot. Thread-safe: the
+// scalar counters are relaxed atomics (one writer), the per-op table is under a mutex.
 //
 // Counters are name/value pairs (docs/c_api.md lists them), so that new ones never change
 // a struct the C API has handed out.
@@ -9,6 +10,7 @@
 #include "core/common.h"
 
 #include <array>
+#include <atomic>
 #include <mutex>
 #include <string>
 #include <utility>
@@ -32,6 +34,8 @@ class Stats {
   // Every counter, sorted by name; counters that are still 0 included, per-op ones only
   // once an op of that kind ran.
   std::vector<std::pair<std::string, int64_t>> snapshot() const;
+  // Bytes of every op so far (the op.*.bytes counters summed).
+  int64_t totalBytes() const;
   // The snapshot as lines "name value" for TUTTI_STATS=1.
   std::string report() const;
 
@@ -57,9 +61,11 @@ class Stats {
     const char* backend;  // a backend's name(): a string literal of the backend
     int64_t calls = 0, tensors = 0, bytes = 0;
   };
+  void add(Scalar which, int64_t n) { scalars_[which].fetch_add(n, std::memory_order_relaxed); }
+
+  std::array<std::atomic<int64_t>, kNumScalars> scalars_{};
   mutable std::mutex mu_;
-  std::array<int64_t, kNumScalars> scalars_{};
-  std::vector<PerOp> per_op_;
+  std::vector<PerOp> per_op_;  // under mu_
 };
 
 }  // namespace tutti

@@ -19,6 +19,8 @@ SETTINGS = [
     ("cycle_time_ms", "TUTTI_CYCLE_TIME_MS", str),
     ("timeline_filename", "TUTTI_TIMELINE", str),
     ("timeline_mark_cycles", "TUTTI_TIMELINE_MARK_CYCLES", lambda v: "1"),
+    ("autotune", "TUTTI_AUTOTUNE", lambda v: "1"),
+    ("autotune_log_file", "TUTTI_AUTOTUNE_LOG", str),
     ("cache_capacity", "TUTTI_CACHE_CAPACITY", str),
     ("stall_check_warning_time_seconds", "TUTTI_STALL_CHECK_TIME_SECONDS", str),
     ("stall_check_shutdown_time_seconds", "TUTTI_STALL_SHUTDOWN_TIME_SECONDS", str),
@@ -54,6 +56,11 @@ def make_parser():
                         "a FILE is written by rank 0")
     p.add_argument("--timeline-mark-cycles", action="store_const", const=True,
                    help="mark every round on the timeline (TUTTI_TIMELINE_MARK_CYCLES=1)")
+    p.add_argument("--autotune", action="store_const", const=True,
+                   help="tune fusion threshold and cycle time while the job runs "
+                        "(TUTTI_AUTOTUNE=1)")
+    p.add_argument("--autotune-log-file", metavar="FILE",
+                   help="rank 0 writes each autotune window as CSV (TUTTI_AUTOTUNE_LOG)")
     p.add_argument("--cache-capacity", type=int, metavar="N",
                    help="response cache entries, 0 = off (TUTTI_CACHE_CAPACITY)")
     p.add_argument("--stall-check-warning-time-seconds", type=float, metavar="S",

@@ -208,5 +208,39 @@ class LogsAndCounters(unittest.TestCase):
         self.assertNotIn("[tutti", err)
 
 
+@unittest.skipUnless(TUTTIRUN, "no tuttirun")
+class Autotune(unittest.TestCase):
+    def test_recovers_from_bad_settings_on_every_rank_at_once(self):
+        tmp = tempfile.mkdtemp(prefix="tutti-autotune-")
+        try:
+            csv = os.path.join(tmp, "autotune.csv")
+            code, out, err = run(
+                [TUTTIRUN, "-np", "2", "--gloo", "--autotune", "--autotune-log-file", csv,
+                 "--fusion-threshold-mb", str(4096 / 1048576.0), "--cycle-time-ms", "20",
+                 PYTHON, os.path.join(HERE, "throughput.py"), "600", "64", "4096"],
+                {"TUTTI_LOG_LEVEL": "debug", "TUTTI_AUTOTUNE_WINDOW_SECONDS": "0.05",
+                 "TUTTI_AUTOTUNE_WARMUP_WINDOWS": "1", "TUTTI_AUTOTUNE_SAMPLES": "1"})
+            self.assertEqual(code, 0, err[-3000:])
+            m = re.search(r"\[tutti info rank 0\] autotune: done after 22 windows: fusion "
+                          r"threshold (\d+) bytes, cycle time ([\d.]+) ms", err)
+            self.assertTrue(m, err[-3000:])
+            self.assertGreaterEqual(int(m.group(1)), 1 << 20)  # 4 KiB fuses nothing here
+            with open(csv) as f:
+                lines = f.read().splitlines()
+            self.assertEqual(lines[0], "window,stage,fusion_threshold,cycle_time_ms,"
+                                       "bytes_per_second,scored")
+            self.assertEqual(len(lines), 1 + 22 + 1)
+            self.assertTrue(lines[-1].startswith("22,done,%s," % m.group(1)), lines[-1])
+            self.assertTrue(lines[1].startswith("1,warmup,4096,20,"), lines[1])
+            # Every change reached both ranks in the same round.
+            changes = {r: re.findall(r"\[tutti debug rank %d\] autotune: (fusion threshold "
+                                     r"\d+ bytes, cycle time [\d.]+ ms from round \d+)" % r, err)
+                       for r in (0, 1)}
+            self.assertGreaterEqual(len(changes[0]), 5)
+            self.assertEqual(changes[0], changes[1])
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
 if __name__ == "__main__":
     unittest.main()
