@@ -135,6 +135,8 @@ Status Runtime::submit(int process_set, std::vector<TensorEntry> entries, Callba
   for (auto& e : entries) e.handle = state;
   const bool traced = timeline_on_.load(std::memory_order_relaxed) || logEnabled(LogLevel::kTrace);
   const OpType op = state->op;
+  std::shared_ptr<Timeline> tl = traced ? timeline() : nullptr;
+  const int64_t submit_us = tl ? tl->now() : 0;  // before the round can see the request
   std::vector<std::string> names;
   Status added = set->queue.add(entries, traced ? &names : nullptr);
   if (!added.ok()) {
@@ -150,8 +152,8 @@ Status Runtime::submit(int process_set, std::vector<TensorEntry> entries, Callba
     return stopped;
   }
   if (traced) {
-    if (auto tl = timeline())
-      for (const auto& name : names) tl->begin(process_set, op, name, "QUEUED");
+    if (tl)
+      for (const auto& name : names) tl->queued(process_set, op, name, submit_us);
     for (const auto& name : names)
       TUTTI_LOG(kTrace) << "submit " << opTypeName(op) << " " << quotedName(name)
                         << " (process set " << process_set << ", handle " << state->id << ")";

@@ -100,7 +100,7 @@ bool Runtime::runRound(bool* had_work) {
       int slot = set.cache.lookup(q);
       (slot >= 0 ? hit_count : miss_count) += 1;
       if (tl) {
-        tl->end(set.id, q.op, q.name);  // QUEUED
+        tl->dequeued(set.id, q.op, q.name);
         tl->begin(set.id, q.op, q.name, negotiatePhaseName(q.op),
                   slot >= 0 ? "\"cache\":\"hit\"" : "");
       }

@@ -161,6 +161,37 @@ void Timeline::endAll(int set, OpType op, const std::string& name) {
   for (; r.open > 0; --r.open) event("E", r.tid, nullptr, "");
 }
 
+void Timeline::complete(int tid, const char* name, int64_t start_us, int64_t end_us) {
+  buf_ += ",\n{\"name\":" + quoted(name) + ",\"ph\":\"X\",\"ts\":" + std::to_string(start_us) +
+          ",\"dur\":" + std::to_string(end_us > start_us ? end_us - start_us : 0) +
+          ",\"pid\":" + std::to_string(pid_) + ",\"tid\":" + std::to_string(tid) + "}";
+}
+
+void Timeline::queued(int set, OpType op, const std::string& name, int64_t submit_us) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (fd_ < 0) return;
+  Row& r = row(set, op, name);
+  if (r.dequeued_at >= submit_us) {  // the round was first
+    complete(r.tid, "QUEUED", submit_us, r.dequeued_at);
+  } else {
+    r.queued_at = submit_us;
+  }
+  r.dequeued_at = -1;
+}
+
+void Timeline::dequeued(int set, OpType op, const std::string& name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (fd_ < 0) return;
+  Row& r = row(set, op, name);
+  const int64_t now = clock_.now();
+  if (r.queued_at >= 0) {
+    complete(r.tid, "QUEUED", r.queued_at, now);
+    r.queued_at = -1;
+  } else {
+    r.dequeued_at = now;
+  }
+}
+
 void Timeline::instant(int set, OpType op, const std::string& name, const char* what,
                        const std::string& args) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -171,11 +202,8 @@ void Timeline::instant(int set, OpType op, const std::string& name, const char* 
 void Timeline::round(int64_t start_us, const std::string& args) {
   std::lock_guard<std::mutex> lock(mu_);
   if (fd_ < 0) return;
-  buf_ += ",\n{\"name\":\"ROUND\",\"ph\":\"X\",\"ts\":" + std::to_string(start_us) +
-          ",\"dur\":" + std::to_string(clock_.now() - start_us) + ",\"pid\":" +
-          std::to_string(pid_) + ",\"tid\":0";
-  if (!args.empty()) buf_ += ",\"args\":{" + args + "}";
-  buf_ += "}";
+  complete(0, "ROUND", start_us, clock_.now());
+  if (!args.empty()) buf_.insert(buf_.size() - 1, ",\"args\":{" + args + "}");
 }
 
 void Timeline::cycleMark() {

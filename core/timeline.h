@@ -54,6 +54,11 @@ class Timeline {
   void end(int set, OpType op, const std::string& name);
   // end() for every open phase of the row.
   void endAll(int set, OpType op, const std::string& name);
+  // QUEUED (submit → the round picks the request up) as one complete event. Submit and the
+  // round run on different threads and either call may come first: `submit_us` (now(),
+  // read before the request became visible to the round) orders them.
+  void queued(int set, OpType op, const std::string& name, int64_t submit_us);
+  void dequeued(int set, OpType op, const std::string& name);
   // A mark on the tensor's row (rank 0 of a set: "a rank's request arrived").
   void instant(int set, OpType op, const std::string& name, const char* what,
                const std::string& args);
@@ -72,7 +77,9 @@ class Timeline {
   struct Row {
     int tid;
     int open = 0;
+    int64_t queued_at = -1, dequeued_at = -1;  // the half of QUEUED that came first
   };
+  void complete(int tid, const char* name, int64_t start_us, int64_t end_us);  // under mu_
   static int openFile(const std::string& file, const std::string& setting, int rank);
   Row& row(int set, OpType op, const std::string& name);  // under mu_
   void event(const char* ph, int tid, const char* name, const std::string& args);  // under mu_

@@ -86,10 +86,12 @@ def rows(events):
 
 
 def spans(row_events, name):
-    """(begin, end) of every `name` phase of one row, matched as nested B/E pairs."""
+    """(begin, end) of every `name` phase of one row: nested B/E pairs and X events."""
     stack, found = [], []
     for e in row_events:
-        if e["ph"] == "B":
+        if e["ph"] == "X" and e["name"] == name:
+            found.append((e["ts"], e["ts"] + e["dur"]))
+        elif e["ph"] == "B":
             stack.append(e)
         elif e["ph"] == "E" and stack:
             b = stack.pop()

@@ -120,7 +120,7 @@ TEST_CASE("the timeline writer: valid so far after every flush, closed array at 
     Timeline tl(file, file, 3, clock, true);
     // A file that was just created is valid already (a rank killed at once leaves one).
     CHECK(eventLines(readFile(file), false).size() == 4);
-    tl.begin(0, OpType::kAllreduce, "grad \"w\"\n", "QUEUED");
+    tl.begin(0, OpType::kAllreduce, "grad \"w\"\n", "PACK");
     tl.end(0, OpType::kAllreduce, "grad \"w\"\n");
     tl.end(0, OpType::kAllreduce, "grad \"w\"\n");  // nothing open: no event
     tl.begin(2, OpType::kBroadcast, "broadcast.x", "NEGOTIATE_BROADCAST", "\"cache\":\"hit\"");
@@ -143,6 +143,25 @@ TEST_CASE("the timeline writer: valid so far after every flush, closed array at 
   }
   auto lines = eventLines(readFile(file), true);
   CHECK(lines.size() == 4 + 3 + 3 + 2 + 1);
+  std::remove(file.c_str());
+}
+
+TEST_CASE("QUEUED is one complete event whichever thread comes first") {
+  const std::string file = "/tmp/tutti_unit_queued_" + std::to_string(getpid()) + ".json";
+  {
+    Timeline tl(file, file, 0, JobClock(), false);
+    const int64_t t0 = tl.now();
+    tl.queued(0, OpType::kAllreduce, "a", t0);  // submit first (the usual order)
+    tl.dequeued(0, OpType::kAllreduce, "a");
+    const int64_t t1 = tl.now();
+    tl.dequeued(0, OpType::kAllreduce, "b");    // the round first: submit is still on its way
+    tl.queued(0, OpType::kAllreduce, "b", t1);
+    tl.dequeued(0, OpType::kAllreduce, "c");    // picked up before the timeline knew it
+    tl.queued(0, OpType::kAllreduce, "c", tl.now() + 1);  // a later submit: stale, pending
+  }
+  auto lines = eventLines(readFile(file), true);
+  CHECK(countOf(lines, "\"name\":\"QUEUED\",\"ph\":\"X\"") == 2);
+  CHECK(countOf(lines, "\"dur\":-") == 0);
   std::remove(file.c_str());
 }
 
@@ -182,7 +201,8 @@ TEST_CASE("a job's timeline shows every phase of each op on every rank, started 
     CHECK(countOf(lines, "allreduce.before") == 0);
     CHECK(countOf(lines, "allreduce.after") == 0);
     CHECK(countOf(lines, "\"name\":\"allreduce.one\"") == 1);
-    for (const char* phase : {"QUEUED", "NEGOTIATE_ALLREDUCE", "WAIT_FOR_BATCH", "ALLREDUCE",
+    CHECK(countOf(lines, "\"name\":\"QUEUED\",\"ph\":\"X\"") == 3);
+    for (const char* phase : {"NEGOTIATE_ALLREDUCE", "WAIT_FOR_BATCH", "ALLREDUCE",
                               "LOOPBACK_ALLREDUCE", "CALLBACK"})
       CHECK(countOf(lines, std::string("\"name\":\"") + phase + "\",\"ph\":\"B\"") == 3);
     // The fused pair is packed and unpacked; the lone tensor is reduced in place.
