@@ -83,7 +83,8 @@ class Runtime {
 
   // Starts writing the timeline for the setting `path` (Timeline::fileFor: a directory
   // gives every rank a file, a file path rank 0 only); stops the one running first unless
-  // it writes the same file already. Local to this rank. stopTimeline() completes the file.
+  // it writes the same file already. Local to this rank. stopTimeline() lets the round in
+  // progress finish its events (up to 1 s), then completes the file.
   Status startTimeline(const std::string& path, bool mark_cycles);
   void stopTimeline();
   // This rank's counters (core/stats.h), sorted by name.

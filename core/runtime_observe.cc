@@ -4,6 +4,7 @@
 #include "core/runtime.h"
 
 #include <algorithm>
+#include <thread>
 
 namespace tutti {
 namespace {
@@ -19,20 +20,23 @@ std::shared_ptr<Timeline> Runtime::timeline() const {
 
 Status Runtime::startTimeline(const std::string& path, bool mark_cycles) {
   const std::string file = Timeline::fileFor(path, config_.topology.rank);
-  std::lock_guard<std::mutex> lock(timeline_mu_);
-  if (timeline_ && !file.empty() && timeline_->file() == file) return Status::OK();
-  if (timeline_) {
-    timeline_on_ = false;
-    timeline_->close();
-    timeline_.reset();
+  {
+    std::lock_guard<std::mutex> lock(timeline_mu_);
+    if (timeline_ && !file.empty() && timeline_->file() == file) return Status::OK();
   }
+  stopTimeline();
   if (file.empty()) return Status::OK();  // not this rank's (a file path: rank 0 writes it)
+  std::shared_ptr<Timeline> tl;
   try {
-    timeline_ = std::make_shared<Timeline>(file, path, config_.topology.rank, clock_, mark_cycles);
+    tl = std::make_shared<Timeline>(file, path, config_.topology.rank, clock_, mark_cycles);
   } catch (const Error& e) {
     return e.status();
   }
-  timeline_on_ = true;
+  {
+    std::lock_guard<std::mutex> lock(timeline_mu_);
+    timeline_ = std::move(tl);
+    timeline_on_ = true;
+  }
   const LogLevel level = startupLevel(config_.topology.rank);
   if (logEnabled(level))
     logLine(level, "timeline: writing " + file + (mark_cycles ? " (cycles marked)" : ""));
@@ -40,11 +44,22 @@ Status Runtime::startTimeline(const std::string& path, bool mark_cycles) {
 }
 
 void Runtime::stopTimeline() {
-  std::lock_guard<std::mutex> lock(timeline_mu_);
-  if (!timeline_) return;
-  timeline_on_ = false;
-  timeline_->close();  // a background thread still holding it writes nothing more
-  timeline_.reset();
+  std::shared_ptr<Timeline> tl;
+  {
+    std::lock_guard<std::mutex> lock(timeline_mu_);
+    timeline_on_ = false;
+    tl = std::move(timeline_);
+  }
+  if (!tl) return;
+  // The round in progress keeps its events (an op that just completed still closes its
+  // phases): wait, boundedly, until the background thread lets go of the timeline at the
+  // end of its round. A round blocked in a collective does not hold the caller up long.
+  if (!onBackgroundThread()) {
+    const Deadline until = deadlineAfter(1.0);
+    while (tl.use_count() > 1 && Clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  tl->close();  // whoever still holds it writes nothing more
 }
 
 void Runtime::syncClock(ProcessSet& global) {
