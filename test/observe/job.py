@@ -52,6 +52,13 @@ for step in range(steps):
         check(lib.tutti_wait(h, ctypes.c_double(-1)), "wait step %d" % step)
 stats, count = ctypes.POINTER(Stat)(), ctypes.c_int()
 check(lib.tutti_stats(ctypes.byref(stats), ctypes.byref(count)), "stats")
+one = ctypes.c_int64(-1)  # one counter by name agrees with the list; an unknown name fails
+check(lib.tutti_stat(b"cache.misses", ctypes.byref(one)), "stat")
+assert one.value == next(stats[i].value for i in range(count.value)
+                         if stats[i].name == b"cache.misses"), one.value
+assert lib.tutti_stat(b"no.such.counter", ctypes.byref(one)) == 1  # TUTTI_ERR_INVALID_ARGUMENT
+lib.tutti_last_error.restype = ctypes.c_char_p
+assert b"no counter named 'no.such.counter'" in lib.tutti_last_error()
 print("rank %d stats %s" % (rank, " ".join("%s=%d" % (stats[i].name.decode(), stats[i].value)
                                           for i in range(count.value))), flush=True)
 check(lib.tutti_shutdown(), "shutdown")
