@@ -9,6 +9,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace {
 
@@ -362,5 +364,45 @@ tutti_status_t tutti_remove_process_set(int process_set) {
 
 int tutti_process_set_rank(int process_set) { return tutti::processSetRank(process_set); }
 int tutti_process_set_size(int process_set) { return tutti::processSetSize(process_set); }
+
+tutti_status_t tutti_start_timeline(const char* path, int mark_cycles) {
+  if (path == nullptr) return invalid("start_timeline: path is null");
+  return guarded([&] { return tutti::startTimeline(path, mark_cycles != 0); });
+}
+
+tutti_status_t tutti_stop_timeline(void) {
+  return guarded([] { return tutti::stopTimeline(); });
+}
+
+tutti_status_t tutti_stats(const tutti_stat_t** stats, int* count) {
+  if (stats == nullptr || count == nullptr) return invalid("tutti_stats: null pointer");
+  // The names and values stay valid on this thread until its next call.
+  static thread_local std::vector<std::pair<std::string, int64_t>> t_values;
+  static thread_local std::vector<tutti_stat_t> t_stats;
+  return guarded([&] {
+    if (!tutti::isInitialized()) return tutti::Status(tutti::StatusCode::kNotInitialized, "tutti_stats: Tutti is not initialized: call tutti_init() first");
+    t_values = tutti::stats();
+    t_stats.clear();
+    for (const auto& kv : t_values) t_stats.push_back(tutti_stat_t{kv.first.c_str(), kv.second});
+    *stats = t_stats.data();
+    *count = static_cast<int>(t_stats.size());
+    return tutti::Status::OK();
+  });
+}
+
+tutti_status_t tutti_stat(const char* name, int64_t* value) {
+  if (name == nullptr || value == nullptr) return invalid("tutti_stat: null pointer");
+  return guarded([&] {
+    if (!tutti::isInitialized()) return tutti::Status(tutti::StatusCode::kNotInitialized, "tutti_stat: Tutti is not initialized: call tutti_init() first");
+    for (const auto& kv : tutti::stats())
+      if (kv.first == name) {
+        *value = kv.second;
+        return tutti::Status::OK();
+      }
+    return tutti::Status(tutti::StatusCode::kInvalidArgument,
+                         std::string("tutti_stat: no counter named '") + name +
+                             "' (per-op counters appear once such an op ran; tutti_stats lists them)");
+  });
+}
 
 }  // extern "C"

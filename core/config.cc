@@ -105,11 +105,18 @@ const std::vector<ConfigVar>& configTable() {
          c.start_timeout_seconds = parseDouble("TUTTI_START_TIMEOUT_SECONDS", v, 0.1, 1e9);
        }},
       {"TUTTI_LOG_LEVEL", "enum", "warning", "trace, debug, info, warning, error, fatal",
-       "Messages at this level and above go to stderr, prefixed with the rank.",
+       "Messages at this level and above go to stderr, prefixed with the rank; any case "
+       "(INFO = info). info: the settings in force, topology and backends, once (rank 0); "
+       "debug: the same on every rank and each round's decisions; trace: every op.",
        [](const std::string& v, Config& c) {
-         std::string level = parseChoice("TUTTI_LOG_LEVEL", v, kLogLevels);
+         std::string lower = v;
+         for (auto& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
          for (size_t i = 0; i < kLogLevels.size(); ++i)
-           if (kLogLevels[i] == level) c.log_level = static_cast<LogLevel>(i);
+           if (kLogLevels[i] == lower) {
+             c.log_level = static_cast<LogLevel>(i);
+             return;
+           }
+         parseChoice("TUTTI_LOG_LEVEL", v, kLogLevels);  // throws, naming the value given
        }},
       {"TUTTI_CACHE_CAPACITY", "int", "1024", "[0, 1048576]",
        "Response cache entries per process set; 0 disables the cache (every op is negotiated "
@@ -134,11 +141,45 @@ const std::vector<ConfigVar>& configTable() {
        [](const std::string& v, Config& c) {
          c.stall_shutdown_seconds = parseDouble("TUTTI_STALL_SHUTDOWN_TIME_SECONDS", v, 0, 1e9);
        }},
-      {"TUTTI_TIMELINE", "string", "(off)", "a file path",
-       "Writes a Chrome trace (chrome://tracing, Perfetto) of every op's negotiation and "
-       "execution on this rank to the path, with the rank appended when the job has more "
-       "than one.",
+      {"TUTTI_TIMELINE", "string", "(off)", "a directory/ or a file path",
+       "Writes a Chrome trace (chrome://tracing, Perfetto) of every op's phases. A "
+       "directory (ending in / or existing): every rank writes dir/rank-N.json (merge them "
+       "with tutti-timeline merge); a file path: rank 0 only, as Horovod's "
+       "HOROVOD_TIMELINE. DYNAMIC: none until start_timeline.",
        [](const std::string& v, Config& c) { c.timeline_filename = v; }},
+      {"TUTTI_TIMELINE_MARK_CYCLES", "bool", "0", "0, 1",
+       "Marks every round (CYCLE_START) on the timeline's rounds row "
+       "(tuttirun --timeline-mark-cycles).",
+       [](const std::string& v, Config& c) {
+         c.timeline_mark_cycles = parseBool("TUTTI_TIMELINE_MARK_CYCLES", v);
+       }},
+      {"TUTTI_STATS", "bool", "0", "0, 1",
+       "Each rank prints its counters (ops and bytes by op and backend, fused batches, cache "
+       "hits, time per phase) to stderr at shutdown.",
+       [](const std::string& v, Config& c) { c.print_stats = parseBool("TUTTI_STATS", v); }},
+      {"TUTTI_AUTOTUNE", "bool", "0", "0, 1",
+       "Tunes TUTTI_FUSION_THRESHOLD and TUTTI_CYCLE_TIME_MS while the job runs, by the bytes "
+       "per second of measured windows (tuttirun --autotune; docs/PERFORMANCE.md).",
+       [](const std::string& v, Config& c) { c.autotune = parseBool("TUTTI_AUTOTUNE", v); }},
+      {"TUTTI_AUTOTUNE_LOG", "string", "(none)", "a file path",
+       "Rank 0 writes every autotune window there as CSV (tuttirun --autotune-log-file).",
+       [](const std::string& v, Config& c) { c.autotune_log = v; }},
+      {"TUTTI_AUTOTUNE_WINDOW_SECONDS", "float", "0.5", "[0.001, 3600]",
+       "Length of one autotune window.",
+       [](const std::string& v, Config& c) {
+         c.autotune_window_seconds = parseDouble("TUTTI_AUTOTUNE_WINDOW_SECONDS", v, 0.001, 3600);
+       }},
+      {"TUTTI_AUTOTUNE_WARMUP_WINDOWS", "int", "3", "[0, 1000]",
+       "Windows at the start that autotune does not score.",
+       [](const std::string& v, Config& c) {
+         c.autotune_warmup_windows =
+             static_cast<int>(parseInt("TUTTI_AUTOTUNE_WARMUP_WINDOWS", v, 0, 1000));
+       }},
+      {"TUTTI_AUTOTUNE_SAMPLES", "int", "3", "[1, 1000]",
+       "Windows scored per candidate setting (the median counts).",
+       [](const std::string& v, Config& c) {
+         c.autotune_samples = static_cast<int>(parseInt("TUTTI_AUTOTUNE_SAMPLES", v, 1, 1000));
+       }},
       {"TUTTI_GLOO_IFACE", "string", "(the rendezvous route)", "an interface name",
        "Network interface for gloo's TCP pairs (tuttirun --network-interface).",
        [](const std::string& v, Config& c) { c.gloo_iface = v; }},
@@ -312,6 +353,13 @@ Config parseConfig(const std::map<std::string, std::string>* env_in) {
       if (twin == from.end()) throw;
       throwError(e.code(), twin->second + " (read as " + var.name + "): " + e.what());
     }
+    config.given[var.name] = it->second;
+  }
+  auto launcher = env.find("TUTTI_LAUNCHER_SETTINGS");
+  if (launcher != env.end()) {
+    std::istringstream names(launcher->second);
+    for (std::string name; std::getline(names, name, ',');)
+      if (!name.empty()) config.from_launcher.push_back(name);
   }
   config.topology = parseTopology(env);
   if (config.topology.source == "Slurm") config.slurm = parseSlurmStep(env);
@@ -324,6 +372,24 @@ Config parseConfig(const std::map<std::string, std::string>* env_in) {
                              "docs/env_vars.md)");
   }
   return config;
+}
+
+std::vector<std::string> settingsInForce(const Config& config) {
+  std::vector<std::string> lines;
+  for (const auto& var : configTable()) {
+    const std::string name = var.name;
+    auto it = config.given.find(name);
+    if (it == config.given.end()) {
+      lines.push_back(name + "=" + var.default_text + " (default)");
+      continue;
+    }
+    bool by_launcher = false;
+    for (const auto& l : config.from_launcher) by_launcher = by_launcher || l == name;
+    const bool secret = name == "TUTTI_SECRET";
+    lines.push_back(name + "=" + (secret ? std::string("(set)") : it->second) +
+                    (by_launcher ? " (tuttirun)" : " (environment)"));
+  }
+  return lines;
 }
 
 std::string configMarkdown() {

@@ -46,12 +46,24 @@ struct Config {
   bool stall_check_disable = false;
   double stall_shutdown_seconds = 0.0;
   std::string timeline_filename;
+  bool timeline_mark_cycles = false;
+  bool print_stats = false;  // TUTTI_STATS: counters to stderr at shutdown
+  bool autotune = false;
+  std::string autotune_log;
+  double autotune_window_seconds = 0.5;
+  int autotune_warmup_windows = 3;
+  int autotune_samples = 3;
   std::string gloo_iface;
   std::string rendezvous_addr;
   int rendezvous_port = 0;
   std::string secret;       // job secret (TUTTI_SECRET or read from TUTTI_SECRET_FILE)
   Topology topology;
   SlurmStep slurm;          // set when topology.source == "Slurm"
+  // Where the settings came from (parseConfig): the variables the environment gave, with
+  // their values, and those among them that tuttirun set from its flags
+  // (TUTTI_LAUNCHER_SETTINGS, a comma-separated list tuttirun exports).
+  std::map<std::string, std::string> given;
+  std::vector<std::string> from_launcher;
 };
 
 struct ConfigVar {
@@ -80,6 +92,10 @@ const std::vector<HorovodTwin>& horovodTwins();
 // Throws Error(kInvalidArgument) on the first bad value: "TUTTI_CYCLE_TIME_MS='abc':
 // expected a number in [0, 10000]" (a twin's: "HOROVOD_CYCLE_TIME (read as ...): ...").
 Config parseConfig(const std::map<std::string, std::string>* env = nullptr);
+
+// One line per variable of the table: "TUTTI_X=value (default|environment|tuttirun)",
+// secrets shown as "(set)". tutti-info prints them; init logs them at info.
+std::vector<std::string> settingsInForce(const Config& config);
 
 // The table rendered as a Markdown table (docs/env_vars.md embeds it).
 std::string configMarkdown();

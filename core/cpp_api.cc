@@ -278,6 +278,25 @@ std::vector<int> processSetRanks(int process_set) {
   return rt ? rt->processSetRanks(process_set) : std::vector<int>();
 }
 
+Status startTimeline(const std::string& path, bool mark_cycles) {
+  auto rt = current();
+  if (!rt) return notInitialized();
+  if (path.empty()) return Status(StatusCode::kInvalidArgument, "start_timeline: the path is empty");
+  return guarded([&] { return rt->startTimeline(path, mark_cycles); });
+}
+
+Status stopTimeline() {
+  auto rt = current();
+  if (!rt) return notInitialized();
+  rt->stopTimeline();
+  return Status::OK();
+}
+
+std::vector<std::pair<std::string, int64_t>> stats() {
+  auto rt = current();
+  return rt ? rt->stats() : std::vector<std::pair<std::string, int64_t>>();
+}
+
 bool backendBuilt(const std::string& name) { return backendBuiltByName(name); }
 
 std::string cpuBackend() {

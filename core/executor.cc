@@ -2,6 +2,7 @@
 
 #include "core/reduce.h"
 
+#include <cctype>
 #include <cstdlib>
 #include <cstring>
 
@@ -27,10 +28,6 @@ void* allocateOutput(TensorEntry& e, const std::vector<int64_t>& shape, int64_t 
   return out;
 }
 
-void finish(TensorEntry& e, const Status& status = Status::OK()) {
-  HandleTable::complete(*e.handle, status);
-}
-
 }  // namespace
 
 Backend* Executor::pick(ProcessSet& set, OpType op, DataType dtype, DeviceType device) const {
@@ -39,15 +36,85 @@ Backend* Executor::pick(ProcessSet& set, OpType op, DataType dtype, DeviceType d
   return nullptr;
 }
 
-void Executor::run(const Response& r, ProcessSet& set) {
-  if (timeline_ == nullptr) return execute(r, set);
-  std::string args = "\"fused\":" + std::to_string(r.names.size());
-  for (const auto& name : r.names) {
-    timeline_->end(name);  // NEGOTIATE
-    timeline_->begin(name, r.type == ResponseType::kError ? "ERROR" : opTypeName(r.op), args);
+void Executor::run(const Response& r, ProcessSet& set, Timeline* timeline) {
+  timeline_ = timeline;
+  current_ = &r;
+  set_id_ = set.id;
+  if (timeline_) {
+    const std::string args = "\"tensors\":" + std::to_string(r.names.size());
+    const char* what = r.type == ResponseType::kError ? "ERROR" : opPhaseName(r.op);
+    for (const auto& name : r.names) {
+      timeline_->end(set.id, r.op, name);  // WAIT_FOR_BATCH
+      timeline_->begin(set.id, r.op, name, what, args);
+    }
   }
-  execute(r, set);
-  for (const auto& name : r.names) timeline_->end(name);
+  struct Done {  // the rows' open phases end however the op ends
+    Executor* self;
+    ~Done() {
+      if (self->timeline_)
+        for (const auto& name : self->current_->names)
+          self->timeline_->endAll(self->set_id_, self->current_->op, name);
+      self->timeline_ = nullptr;
+      self->current_ = nullptr;
+    }
+  } done{this};
+  if (r.type == ResponseType::kError) stats_.addError();
+  try {
+    execute(r, set);
+  } catch (const Error& e) {
+    // A failed op is fatal: say which op, tensors, set and peers, unless the message does.
+    const std::string what = std::string(opTypeName(r.op)) + " " + quotedName(r.names[0]);
+    std::string message = e.what();
+    if (message.find(quotedName(r.names[0])) == std::string::npos) {
+      std::string tensors = r.names.size() > 1
+                                ? " (fused with " + std::to_string(r.names.size() - 1) + " more)"
+                                : "";
+      message = what + tensors + " on process set " + std::to_string(set.id) + " (ranks " +
+                joinInts(set.ranks) + "): " + message;
+    }
+    throwError(e.code(), message);
+  }
+}
+
+void Executor::phase(const char* name, const std::string& args) {
+  if (!timeline_) return;
+  for (const auto& n : current_->names) timeline_->begin(set_id_, current_->op, n, name, args);
+}
+
+void Executor::phaseEnd() {
+  if (!timeline_) return;
+  for (const auto& n : current_->names) timeline_->end(set_id_, current_->op, n);
+}
+
+template <typename Call>
+void Executor::callBackend(Backend& b, int64_t tensors, int64_t bytes, Call&& call) {
+  if (timeline_) {
+    std::string name = b.name();
+    for (auto& c : name) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    name += std::string("_") + opPhaseName(current_->op);
+    phase(name.c_str(), "\"backend\":\"" + std::string(b.name()) +
+                            "\",\"bytes\":" + std::to_string(bytes));
+  }
+  const auto start = Clock::now();
+  call();
+  stats_.addTime(StatTime::kBackend, Clock::now() - start);
+  stats_.addOp(current_->op, b.name(), tensors, bytes);
+  phaseEnd();
+}
+
+template <typename Work>
+void Executor::timed(StatTime what, const char* name, Work&& work) {
+  phase(name);
+  const auto start = Clock::now();
+  work();
+  stats_.addTime(what, Clock::now() - start);
+  phaseEnd();
+}
+
+void Executor::complete(TensorEntry& e, const Status& status) {
+  if (timeline_) timeline_->begin(set_id_, current_->op, e.request.name, "CALLBACK");
+  HandleTable::complete(*e.handle, status);
+  if (timeline_) timeline_->end(set_id_, current_->op, e.request.name);
 }
 
 void Executor::execute(const Response& r, ProcessSet& set) {
@@ -56,14 +123,14 @@ void Executor::execute(const Response& r, ProcessSet& set) {
 
   if (r.type == ResponseType::kError) {
     for (auto& e : entries)
-      if (e) finish(*e, Status(r.error_code, r.error_message));
+      if (e) complete(*e, Status(r.error_code, r.error_message));
     return;
   }
   if (r.op == OpType::kBarrier || r.op == OpType::kJoin) {
     for (auto& e : entries) {
       if (!e) continue;
       e->handle->result.last_joined_rank = r.value;
-      finish(*e);
+      complete(*e);
     }
     return;
   }
@@ -73,7 +140,7 @@ void Executor::execute(const Response& r, ProcessSet& set) {
                           opTypeName(r.op) + " of " + dataTypeName(r.dtype) + " tensors on " +
                           deviceTypeName(r.device);
     for (auto& e : entries)
-      if (e) finish(*e, Status(StatusCode::kUnsupported, message));
+      if (e) complete(*e, Status(StatusCode::kUnsupported, message));
     return;
   }
   if (r.op == OpType::kAllreduce) return allreduce(r, set, *backend, entries);
@@ -85,7 +152,9 @@ void Executor::execute(const Response& r, ProcessSet& set) {
   Deadline deadline = deadlineAfter(config_.timeout_seconds);
   switch (r.op) {
     case OpType::kBroadcast:
-      backend->broadcast(e.output, r.counts[0], r.dtype, r.root, deadline);
+      callBackend(*backend, 1, r.counts[0] * dataTypeBytes(r.dtype), [&] {
+        backend->broadcast(e.output, r.counts[0], r.dtype, r.root, deadline);
+      });
       break;
     case OpType::kAllgather: allgather(r, set, *backend, e); break;
     case OpType::kAlltoall: alltoall(r, set, *backend, e); break;
@@ -93,7 +162,7 @@ void Executor::execute(const Response& r, ProcessSet& set) {
     default:
       throwError(StatusCode::kInternal, std::string("executor: unexpected op ") + opTypeName(r.op));
   }
-  finish(e);
+  complete(e);
 }
 
 void Executor::allreduce(const Response& r, ProcessSet& set, Backend& b,
@@ -115,13 +184,17 @@ void Executor::allreduce(const Response& r, ProcessSet& set, Backend& b,
     TensorEntry& e = *entries[0];
     const void* in = e.input;
     if (r.prescale != 1.0) {
-      scaleInto(in, e.output, r.counts[0], dtype, r.prescale);
+      timed(StatTime::kPack, "PACK", [&] { scaleInto(in, e.output, r.counts[0], dtype, r.prescale); });
       in = e.output;
     }
-    b.allreduce(in, e.output, r.counts[0], dtype, op, deadline);
-    divideInto(e.output, r.counts[0], dtype, divisor);
-    if (post != 1.0) scaleInto(e.output, e.output, r.counts[0], dtype, post);
-    finish(e);
+    callBackend(b, 1, r.counts[0] * esize,
+                [&] { b.allreduce(in, e.output, r.counts[0], dtype, op, deadline); });
+    if (divisor != 1 || post != 1.0)
+      timed(StatTime::kUnpack, "UNPACK", [&] {
+        divideInto(e.output, r.counts[0], dtype, divisor);
+        if (post != 1.0) scaleInto(e.output, e.output, r.counts[0], dtype, post);
+      });
+    complete(e);
     return;
   }
   if (!on_host)
@@ -129,25 +202,32 @@ void Executor::allreduce(const Response& r, ProcessSet& set, Backend& b,
   int64_t total = 0;
   for (int64_t c : r.counts) total += c;
   char* buf = static_cast<char*>(fusion_.reserve(static_cast<size_t>(total * esize)));
-  int64_t offset = 0;
-  for (size_t i = 0; i < entries.size(); ++i) {
-    char* dst = buf + offset * esize;
-    if (entries[i])
-      scaleInto(entries[i]->input, dst, r.counts[i], dtype, r.prescale);
-    else  // joined: this rank contributes zeros
-      std::memset(dst, 0, static_cast<size_t>(r.counts[i] * esize));
-    offset += r.counts[i];
-  }
-  b.allreduce(buf, buf, total, dtype, op, deadline);
-  offset = 0;
-  for (size_t i = 0; i < entries.size(); ++i) {
-    if (entries[i]) {
-      divideInto(buf + offset * esize, r.counts[i], dtype, divisor);
-      scaleInto(buf + offset * esize, entries[i]->output, r.counts[i], dtype, post);
-      finish(*entries[i]);
+  timed(StatTime::kPack, "PACK", [&] {
+    int64_t offset = 0;
+    for (size_t i = 0; i < entries.size(); ++i) {
+      char* dst = buf + offset * esize;
+      if (entries[i])
+        scaleInto(entries[i]->input, dst, r.counts[i], dtype, r.prescale);
+      else  // joined: this rank contributes zeros
+        std::memset(dst, 0, static_cast<size_t>(r.counts[i] * esize));
+      offset += r.counts[i];
     }
-    offset += r.counts[i];
-  }
+  });
+  if (entries.size() > 1) stats_.addFusedBatch(static_cast<int64_t>(entries.size()), total * esize);
+  callBackend(b, static_cast<int64_t>(entries.size()), total * esize,
+              [&] { b.allreduce(buf, buf, total, dtype, op, deadline); });
+  timed(StatTime::kUnpack, "UNPACK", [&] {
+    int64_t offset = 0;
+    for (size_t i = 0; i < entries.size(); ++i) {
+      if (entries[i]) {
+        divideInto(buf + offset * esize, r.counts[i], dtype, divisor);
+        scaleInto(buf + offset * esize, entries[i]->output, r.counts[i], dtype, post);
+      }
+      offset += r.counts[i];
+    }
+  });
+  for (auto& e : entries)
+    if (e) complete(*e);
 }
 
 void Executor::allgather(const Response& r, ProcessSet& set, Backend& b, TensorEntry& e) {
@@ -161,7 +241,9 @@ void Executor::allgather(const Response& r, ProcessSet& set, Backend& b, TensorE
     out_shape[0] += r.first_dims[i];
   }
   void* out = allocateOutput(e, out_shape, shapeElements(out_shape) * dataTypeBytes(r.dtype));
-  b.allgatherv(e.input, out, counts, r.dtype, deadlineAfter(config_.timeout_seconds));
+  callBackend(b, 1, counts[set.rank] * dataTypeBytes(r.dtype), [&] {
+    b.allgatherv(e.input, out, counts, r.dtype, deadlineAfter(config_.timeout_seconds));
+  });
 }
 
 void Executor::alltoall(const Response& r, ProcessSet& set, Backend& b, TensorEntry& e) {
@@ -178,7 +260,9 @@ void Executor::alltoall(const Response& r, ProcessSet& set, Backend& b, TensorEn
   }
   void* out = allocateOutput(e, out_shape, shapeElements(out_shape) * dataTypeBytes(r.dtype));
   e.handle->result.recv_splits = recv_splits;
-  b.alltoallv(e.input, send, out, recv, r.dtype, deadlineAfter(config_.timeout_seconds));
+  callBackend(b, 1, shapeElements(e.request.shape) * dataTypeBytes(r.dtype), [&] {
+    b.alltoallv(e.input, send, out, recv, r.dtype, deadlineAfter(config_.timeout_seconds));
+  });
 }
 
 void Executor::reducescatter(const Response& r, ProcessSet& set, Backend& b, TensorEntry& e) {
@@ -195,13 +279,18 @@ void Executor::reducescatter(const Response& r, ProcessSet& set, Backend& b, Ten
   const void* in = e.input;
   if (r.prescale != 1.0) {
     void* scaled = fusion_.reserve(static_cast<size_t>(r.counts[0] * esize));
-    scaleInto(in, scaled, r.counts[0], r.dtype, r.prescale);
+    timed(StatTime::kPack, "PACK", [&] { scaleInto(in, scaled, r.counts[0], r.dtype, r.prescale); });
     in = scaled;
   }
   const ReduceOp op = r.reduce_op == ReduceOp::kAverage ? ReduceOp::kSum : r.reduce_op;
-  b.reducescatter(in, out, counts, r.dtype, op, deadlineAfter(config_.timeout_seconds));
-  if (r.reduce_op == ReduceOp::kAverage) divideInto(out, counts[set.rank], r.dtype, n);
-  if (r.postscale != 1.0) scaleInto(out, out, counts[set.rank], r.dtype, r.postscale);
+  callBackend(b, 1, r.counts[0] * esize, [&] {
+    b.reducescatter(in, out, counts, r.dtype, op, deadlineAfter(config_.timeout_seconds));
+  });
+  if (r.reduce_op == ReduceOp::kAverage || r.postscale != 1.0)
+    timed(StatTime::kUnpack, "UNPACK", [&] {
+      if (r.reduce_op == ReduceOp::kAverage) divideInto(out, counts[set.rank], r.dtype, n);
+      if (r.postscale != 1.0) scaleInto(out, out, counts[set.rank], r.dtype, r.postscale);
+    });
 }
 
 }  // namespace tutti

@@ -1,11 +1,18 @@
 // Runs the agreed responses on this rank: packs fused tensors into the fusion buffer, calls
 // the first backend that supports the op, unpacks, applies scale factors and completes the
 // handles. Background thread only.
+//
+// Each tensor's row of the timeline (when one is given) shows, inside the op's span
+// (ALLREDUCE, ...): PACK (copy into the fusion buffer, prescale), the backend call
+// ("GLOO_ALLREDUCE", with the backend and the bytes), UNPACK (average, postscale, copy
+// out) and CALLBACK (completing the handle, the caller's callback included). The counters
+// (core/stats.h) get the same phases' times.
 #pragma once
 
 #include "core/config.h"
 #include "core/fusion.h"
 #include "core/process_set.h"
+#include "core/stats.h"
 #include "core/timeline.h"
 
 #include <optional>
@@ -15,13 +22,13 @@ namespace tutti {
 
 class Executor {
  public:
-  // `timeline` may be null (TUTTI_TIMELINE unset).
-  Executor(const Config& config, Timeline* timeline) : config_(config), timeline_(timeline) {}
+  Executor(const Config& config, Stats& stats) : config_(config), stats_(stats) {}
 
-  // Runs `response` for `set` (this rank is a member). A tensor this rank does not hold
-  // (it has joined) contributes zeros to an allreduce. Throws Error when a backend fails;
-  // the caller treats that as fatal.
-  void run(const Response& response, ProcessSet& set);
+  // Runs `response` for `set` (this rank is a member); `timeline` may be null (off). A
+  // tensor this rank does not hold (it has joined) contributes zeros to an allreduce.
+  // Throws Error when a backend fails, naming the op, the tensors, the process set, its
+  // ranks and the backend; the caller treats that as fatal.
+  void run(const Response& response, ProcessSet& set, Timeline* timeline);
 
  private:
   void execute(const Response& response, ProcessSet& set);
@@ -32,8 +39,23 @@ class Executor {
   void alltoall(const Response& r, ProcessSet& set, Backend& b, TensorEntry& e);
   void reducescatter(const Response& r, ProcessSet& set, Backend& b, TensorEntry& e);
 
+  // The timeline phase `name` on every tensor of the response running now (when on).
+  void phase(const char* name, const std::string& args = "");
+  void phaseEnd();
+  // The backend call: timeline phase, counters, the call itself.
+  template <typename Call>
+  void callBackend(Backend& b, int64_t tensors, int64_t bytes, Call&& call);
+  // `work` as the timeline phase `name`, its time added to the counter `what`.
+  template <typename Work>
+  void timed(StatTime what, const char* name, Work&& work);
+  // Completes `e` (its callback runs here) as the CALLBACK phase.
+  void complete(TensorEntry& e, const Status& status = Status::OK());
+
   const Config& config_;
-  Timeline* timeline_;
+  Stats& stats_;
+  Timeline* timeline_ = nullptr;      // during run()
+  const Response* current_ = nullptr;  // during run()
+  int set_id_ = 0;                     // during run()
   FusionBuffer fusion_;
 };
 

@@ -8,6 +8,7 @@
 #include <sys/prctl.h>
 
 #include <algorithm>
+#include <cstdio>
 
 namespace tutti {
 
@@ -16,11 +17,8 @@ Runtime::Runtime(Config config) : Runtime(config, makeTransport(config)) {}
 Runtime::Runtime(Config config, std::unique_ptr<Transport> transport)
     : config_(std::move(config)),
       transport_(std::move(transport)),
-      timeline_(config_.timeline_filename.empty()
-                    ? nullptr
-                    : std::make_unique<Timeline>(config_.timeline_filename, config_.topology.rank,
-                                                 config_.topology.size)),
-      executor_(config_, timeline_.get()) {
+      executor_(config_, stats_),
+      tuned_{config_.fusion_threshold, config_.cycle_time_ms} {
   setLogLevel(config_.log_level);
   setLogRank(config_.topology.size > 1 ? config_.topology.rank : -1);
   if (transport_->rank() != config_.topology.rank || transport_->size() != config_.topology.size)
@@ -30,16 +28,19 @@ Runtime::Runtime(Config config, std::unique_ptr<Transport> transport)
                    std::to_string(config_.topology.size) + " but the " + transport_->name() +
                    " transport says rank " + std::to_string(transport_->rank()) + " of " +
                    std::to_string(transport_->size()));
+  // A timeline file that cannot be created fails init before any connection is made.
+  const std::string timeline_file =
+      Timeline::fileFor(config_.timeline_filename, config_.topology.rank);
+  if (!timeline_file.empty())
+    Timeline::probe(timeline_file, config_.timeline_filename, config_.topology.rank);
   std::vector<int> all(config_.topology.size);
   for (int i = 0; i < config_.topology.size; ++i) all[i] = i;
-  createSet(0, all);
+  syncClock(*createSet(0, all));
+  Status started = startTimeline(config_.timeline_filename, config_.timeline_mark_cycles);
+  if (!started.ok()) throwError(started.code(), started.message());
+  logStartup();
   thread_ = std::thread([this] { loop(); });
   thread_id_ = thread_.get_id();
-  const Topology& t = config_.topology;
-  TUTTI_LOG(kInfo) << "initialized: rank " << t.rank << " of " << t.size << " (" << t.source
-                   << "), local rank " << t.local_rank << " of " << t.local_size
-                   << ", cross rank " << t.cross_rank << " of " << t.cross_size << ", "
-                   << transport_->name() << " transport";
 }
 
 Runtime::~Runtime() { shutdown(); }
@@ -59,6 +60,12 @@ void Runtime::shutdown(const std::string& note) {
   std::call_once(shutdown_once_, [this] {
     if (thread_.joinable()) thread_.join();
     handles_.failAll(recordStop(Status(StatusCode::kAborted, "Tutti was shut down")));
+    stopTimeline();
+    if (config_.print_stats) {
+      std::string text = "[tutti rank " + std::to_string(config_.topology.rank) +
+                         "] counters at shutdown (TUTTI_STATS=1):\n" + stats_.report();
+      std::fwrite(text.data(), 1, text.size(), stderr);
+    }
     std::lock_guard<std::mutex> lock(sets_mu_);
     sets_.clear();
     transport_.reset();
@@ -87,6 +94,7 @@ std::shared_ptr<ProcessSet> Runtime::createSet(int id, std::vector<int> ranks) {
       config_.topology = measureTopology(config_.topology, *set->control,
                                          deadlineAfter(config_.start_timeout_seconds));
     set->backends = makeBackends(*transport_, *set->control, set->ranks, id, config_);
+    logSetBackends(*set);
   }
   std::lock_guard<std::mutex> lock(sets_mu_);
   sets_[id] = set;
@@ -125,8 +133,12 @@ Status Runtime::submit(int process_set, std::vector<TensorEntry> entries, Callba
     }
   }
   for (auto& e : entries) e.handle = state;
+  const bool traced = timeline_on_.load(std::memory_order_relaxed) || logEnabled(LogLevel::kTrace);
+  const OpType op = state->op;
+  std::shared_ptr<Timeline> tl = traced ? timeline() : nullptr;
+  const int64_t submit_us = tl ? tl->now() : 0;  // before the round can see the request
   std::vector<std::string> names;
-  Status added = set->queue.add(entries, timeline_ ? &names : nullptr);
+  Status added = set->queue.add(entries, traced ? &names : nullptr);
   if (!added.ok()) {
     handles_.release(state->id);
     return added;
@@ -139,8 +151,13 @@ Status Runtime::submit(int process_set, std::vector<TensorEntry> entries, Callba
     handles_.release(state->id);
     return stopped;
   }
-  if (timeline_)
-    for (const auto& name : names) timeline_->begin(name, "NEGOTIATE");
+  if (traced) {
+    if (tl)
+      for (const auto& name : names) tl->queued(process_set, op, name, submit_us);
+    for (const auto& name : names)
+      TUTTI_LOG(kTrace) << "submit " << opTypeName(op) << " " << quotedName(name)
+                        << " (process set " << process_set << ", handle " << state->id << ")";
+  }
   submissions_.fetch_add(1);
   last_submit_.store(Clock::now().time_since_epoch().count());
   // The background thread is woken (a futex call) only when it sleeps: a burst of
@@ -285,7 +302,10 @@ void Runtime::loop() {
   // Sleeps in the backends' wait loops are short; the default 50 us timer slack would
   // stretch every one of them.
   prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
-  const auto base = std::chrono::duration<double, std::milli>(std::max(config_.cycle_time_ms, 0.05));
+  auto cycle = [this] {  // autotune may change it between rounds
+    return std::chrono::duration<double, std::milli>(std::max(tuned_.cycle_time_ms, 0.05));
+  };
+  auto base = cycle();
   auto idle = base;
   bool had_work = false;
   while (true) {
@@ -317,6 +337,7 @@ void Runtime::loop() {
       stop(Status(StatusCode::kInternal, error.what()));
       return;
     }
+    if (cycle() != base) idle = base = cycle();
     idle = had_work ? base : std::min(idle * 2, base * 32);
   }
 }
@@ -370,6 +391,7 @@ void Runtime::applySetChange(const Response& response) {
 }
 
 void Runtime::stop(const Status& status) {
+  if (auto tl = timeline()) tl->flush();  // the file shows what ran up to the failure
   // The sticky error: failJob may have set one before the thread noticed.
   const Status first = recordStop(status);
   if (first.code() != StatusCode::kAborted) job_failed_ = true;

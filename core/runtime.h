@@ -29,10 +29,13 @@
 #pragma once
 
 #include "backends/backend.h"
+#include "core/autotune.h"
 #include "core/config.h"
 #include "core/executor.h"
 #include "core/handle_table.h"
+#include "core/job_clock.h"
 #include "core/process_set.h"
+#include "core/stats.h"
 #include "core/timeline.h"
 
 #include <atomic>
@@ -78,6 +81,16 @@ class Runtime {
   std::vector<int> processSetRanks(int id) const;  // empty when unknown
   int processSetRank(int id) const;                // -1 when unknown or not a member
 
+  // Starts writing the timeline for the setting `path` (Timeline::fileFor: a directory
+  // gives every rank a file, a file path rank 0 only); stops the one running first unless
+  // it writes the same file already. Local to this rank. stopTimeline() lets the round in
+  // progress finish its events (up to 1 s), then completes the file.
+  Status startTimeline(const std::string& path, bool mark_cycles);
+  void stopTimeline();
+  // This rank's counters (core/stats.h), sorted by name.
+  std::vector<std::pair<std::string, int64_t>> stats() const { return stats_.snapshot(); }
+  const JobClock& jobClock() const { return clock_; }
+
   // The sticky error that stopped the runtime; OK while it runs.
   Status stoppedStatus() const;
   // True once the job failed under this rank: another rank shut down or left, or a fatal
@@ -91,7 +104,15 @@ class Runtime {
   void coalesceBurst(std::chrono::duration<double, std::milli> limit);
   bool runRound(bool* had_work);  // false once the job stops
   void negotiate(ProcessSet& set, std::vector<Request> mine, bool stall_fatal_root,
-                 std::vector<Response>* responses, std::string* fatal);
+                 std::vector<Response>* responses, std::string* fatal, Timeline* tl);
+  // Root with a timeline: marks which ranks the tensors that arrived still wait for.
+  void markMissing(ProcessSet& set, const std::vector<Request>& arrived, Clock::time_point now,
+                   Timeline* tl);
+  // Autotune, every kTuneEveryRounds rounds on every rank: rank 0 scores the window that
+  // ended and broadcasts the settings; every rank applies them (core/autotune.h).
+  static constexpr uint64_t kTuneEveryRounds = 4;
+  void tune(ProcessSet& global);
+  void logRound(const ProcessSet& set, const std::vector<Response>& plan, size_t cache_hits) const;
   std::string checkStalls(ProcessSet& set);  // root: warns; returns a fatal message if due
   void applySetChange(const Response& response);
   void stop(const Status& status);
@@ -106,12 +127,29 @@ class Runtime {
   std::vector<std::shared_ptr<ProcessSet>> allSets() const;
   std::string exchangeLeaveNotes(ProcessSet& global, const std::string& mine);
   bool busy() const;
+  std::shared_ptr<Timeline> timeline() const;  // null when off: one atomic load
+  // Measures the job clock (collective) and logs its largest error on rank 0.
+  void syncClock(ProcessSet& global);
+  // The settings in force, the topology, and (createSet) each set's backends per op:
+  // at info on rank 0 (of the set), at debug on every rank.
+  void logStartup() const;
+  void logSetBackends(const ProcessSet& set) const;
 
   Config config_;
   std::unique_ptr<Transport> transport_;
   HandleTable handles_;
-  std::unique_ptr<Timeline> timeline_;  // null unless TUTTI_TIMELINE is set
+  Stats stats_;
   Executor executor_;
+  JobClock clock_;  // measured once at init
+
+  mutable std::mutex timeline_mu_;
+  std::shared_ptr<Timeline> timeline_;  // under timeline_mu_; null when off
+  std::atomic<bool> timeline_on_{false};
+  uint64_t rounds_ = 0;  // background thread only
+  TuneSettings tuned_;   // in force; background thread only (autotune changes it)
+  std::unique_ptr<Autotuner> autotuner_;  // rank 0 with TUTTI_AUTOTUNE
+  Clock::time_point tune_window_start_;
+  int64_t tune_window_bytes_ = 0;
 
   mutable std::mutex sets_mu_;
   std::map<int, std::shared_ptr<ProcessSet>> sets_;

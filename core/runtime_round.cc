@@ -53,6 +53,11 @@ void dropHits(ProcessSet& set, std::vector<Request>& out, Drop drop) {
   set.hits.swap(kept);
 }
 
+// What a round did, for the timeline's rounds row.
+struct RoundNotes {
+  int64_t cache_hits = 0, negotiated = 0, batches = 0, bytes = 0;
+};
+
 // A hit that waits this long goes to full negotiation, where rank 0's stall inspector sees
 // it (a hit alone is invisible to the coordinator).
 constexpr std::chrono::seconds kHitPatience(1);
@@ -61,6 +66,17 @@ constexpr std::chrono::seconds kHitPatience(1);
 
 bool Runtime::runRound(bool* had_work) {
   const std::vector<std::shared_ptr<ProcessSet>> sets = allSets();
+  const std::shared_ptr<Timeline> tl = timeline();
+  const int64_t round_start = tl ? tl->now() : 0;
+  if (tl && tl->markCycles()) tl->cycleMark();
+  ++rounds_;
+  RoundNotes notes;
+  struct Flush {  // the timeline file gets this round's events however the round ends
+    Timeline* tl;
+    ~Flush() {
+      if (tl) tl->flush();
+    }
+  } flush{tl.get()};
   bool shutting_down;
   {
     std::lock_guard<std::mutex> lock(wake_mu_);
@@ -78,9 +94,16 @@ bool Runtime::runRound(bool* had_work) {
     misses[i].swap(set.demoted);
     const auto now = Clock::now();
     dropHits(set, misses[i], [&](const CacheHit& h) { return now - h.since > kHitPatience; });
+    int64_t hit_count = 0, miss_count = 0;
     for (auto& q : set.queue.popNew()) {
       if (q.op == OpType::kJoin) set.joined = true;
       int slot = set.cache.lookup(q);
+      (slot >= 0 ? hit_count : miss_count) += 1;
+      if (tl) {
+        tl->dequeued(set.id, q.op, q.name);
+        tl->begin(set.id, q.op, q.name, negotiatePhaseName(q.op),
+                  slot >= 0 ? "\"cache\":\"hit\"" : "");
+      }
       if (slot >= 0) {
         set.hits.push_back(CacheHit{slot, std::move(q), now});
         continue;
@@ -89,13 +112,19 @@ bool Runtime::runRound(bool* had_work) {
       if (stale >= 0) clearBit(bits, layout.validSlot(i, stale));
       misses[i].push_back(std::move(q));
     }
+    stats_.addCache(hit_count, miss_count);
     if (set.rank == 0) stall[i] = checkStalls(set);
     if (!misses[i].empty() || !stall[i].empty()) clearBit(bits, layout.noNew(i));
     if (set.joined) clearBit(bits, layout.noJoin(i));
     for (size_t w = 0; w < layout.section_words; ++w) bits[layout.hits[i] / 64 + w] = 0;
     for (const auto& hit : set.hits) setBit(bits, layout.hit(i, hit.slot));
   }
+  const auto and_start = Clock::now();
   sets[0]->control->allreduceAnd(bits, deadlineAfter(config_.timeout_seconds));
+  stats_.addTime(StatTime::kNegotiation, Clock::now() - and_start);
+  // Every rank runs the same rounds (the AND above is collective), so each one reaches
+  // this point in the same round: rank 0's autotune choice applies everywhere at once.
+  if (config_.autotune && bitSet(bits, 0) && rounds_ % kTuneEveryRounds == 0) tune(*sets[0]);
 
   // 3-4. Cached ops every member holds, then negotiation, then execution, set by set.
   *had_work = false;
@@ -131,9 +160,13 @@ bool Runtime::runRound(bool* had_work) {
     size_t first_negotiated = responses.size();
     if (negotiates) {
       std::string fatal = stall[i];
-      negotiate(set, std::move(misses[i]), !stall[i].empty(), &responses, &fatal);
+      const auto start = Clock::now();
+      negotiate(set, std::move(misses[i]), !stall[i].empty(), &responses, &fatal, tl.get());
+      stats_.addTime(StatTime::kNegotiation, Clock::now() - start);
       if (!fatal.empty()) throwError(StatusCode::kTimeout, fatal);
     }
+    notes.cache_hits += static_cast<int64_t>(ready.size());
+    notes.negotiated += static_cast<int64_t>(responses.size() - first_negotiated);
     // The cache learns this round's agreements, in agreed order, before execution takes the
     // entries (every member holds an identical request for each). A hit still waiting for
     // a slot that gets replaced is negotiated in full next round.
@@ -149,14 +182,33 @@ bool Runtime::runRound(bool* had_work) {
           dropHits(set, set.demoted, [replaced](const CacheHit& h) { return h.slot == replaced; });
       }
     }
-    for (const auto& response : planFusion(std::move(responses), config_.fusion_threshold)) {
-      if (response.op == OpType::kAddProcessSet || response.op == OpType::kRemoveProcessSet)
+    if (tl)  // agreed: each tensor now waits for its fused batch to run
+      for (const auto& r : responses)
+        for (const auto& name : r.names) {
+          tl->end(set.id, r.op, name);
+          tl->begin(set.id, r.op, name, "WAIT_FOR_BATCH");
+        }
+    const std::vector<Response> plan = planFusion(std::move(responses), tuned_.fusion_threshold);
+    if (logEnabled(LogLevel::kDebug)) logRound(set, plan, ready.size());
+    for (const auto& response : plan) {
+      notes.batches += 1;
+      for (int64_t c : response.counts) notes.bytes += c * dataTypeBytes(response.dtype);
+      if (response.op == OpType::kAddProcessSet || response.op == OpType::kRemoveProcessSet) {
         applySetChange(response);
-      else
-        executor_.run(response, set);
+        if (tl) tl->endAll(set.id, response.op, response.names[0]);
+      } else {
+        executor_.run(response, set, tl.get());
+      }
       if (response.op == OpType::kJoin) set.joined = false;
     }
   }
+  stats_.addRound(*had_work);
+  if (tl && *had_work)
+    tl->round(round_start, "\"round\":" + std::to_string(rounds_) +
+                               ",\"cache_hits\":" + std::to_string(notes.cache_hits) +
+                               ",\"negotiated\":" + std::to_string(notes.negotiated) +
+                               ",\"batches\":" + std::to_string(notes.batches) +
+                               ",\"bytes\":" + std::to_string(notes.bytes));
   for (auto& set : sets)
     if (set->member() && !set->demoted.empty()) *had_work = true;  // negotiate them at once
   // 5. Shutdown: every rank learns it in the same round, then who stopped and why.
@@ -198,7 +250,7 @@ std::string Runtime::exchangeLeaveNotes(ProcessSet& global, const std::string& m
 }
 
 void Runtime::negotiate(ProcessSet& set, std::vector<Request> mine, bool stall_fatal_root,
-                        std::vector<Response>* responses, std::string* fatal) {
+                        std::vector<Response>* responses, std::string* fatal, Timeline* tl) {
   RequestList list;
   list.requests = std::move(mine);
   Deadline deadline = deadlineAfter(config_.timeout_seconds);
@@ -206,8 +258,17 @@ void Runtime::negotiate(ProcessSet& set, std::vector<Request> mine, bool stall_f
   std::string answer;
   if (set.rank == 0) {
     auto now = Clock::now();
-    for (int r = 0; r < set.size(); ++r)
-      set.coordinator.addRequests(r, parseRequestList(gathered[r]).requests, now);
+    std::vector<Request> arrived;
+    for (int r = 0; r < set.size(); ++r) {
+      auto requests = parseRequestList(gathered[r]).requests;
+      set.coordinator.addRequests(r, requests, now);
+      if (tl)
+        for (auto& q : requests) {
+          tl->instant(set.id, q.op, q.name, "REQUEST", "\"rank\":" + std::to_string(r));
+          arrived.push_back(std::move(q));
+        }
+    }
+    if (tl) markMissing(set, arrived, now, tl);
     ResponseList out;
     out.responses = set.coordinator.takeReady();
     if (stall_fatal_root) out.fatal_error = *fatal;
@@ -216,6 +277,37 @@ void Runtime::negotiate(ProcessSet& set, std::vector<Request> mine, bool stall_f
   ResponseList in = parseResponseList(set.control->broadcast(answer, deadline));
   *fatal = in.fatal_error;
   for (auto& r : in.responses) responses->push_back(std::move(r));
+}
+
+void Runtime::markMissing(ProcessSet& set, const std::vector<Request>& arrived,
+                          Clock::time_point now, Timeline* tl) {
+  // Rank 0 of the set: each tensor that got requests this round but still waits for some
+  // ranks shows which, on its row.
+  for (const auto& stall : set.coordinator.stalled(now, 0)) {
+    auto it = std::find_if(arrived.begin(), arrived.end(),
+                           [&](const Request& q) { return q.name == stall.name; });
+    if (it == arrived.end()) continue;
+    std::string missing;
+    for (int r : stall.missing_ranks) missing += (missing.empty() ? "" : ",") + std::to_string(r);
+    tl->instant(set.id, it->op, it->name, "WAITING_FOR_RANKS", "\"missing\":[" + missing + "]");
+  }
+}
+
+void Runtime::logRound(const ProcessSet& set, const std::vector<Response>& plan,
+                       size_t cache_hits) const {
+  std::string text = "round " + std::to_string(rounds_) + ", process set " +
+                     std::to_string(set.id) + ": " + std::to_string(cache_hits) +
+                     " cached op(s) ready on every member; runs";
+  for (const auto& r : plan) {
+    int64_t bytes = 0;
+    for (int64_t c : r.counts) bytes += c * dataTypeBytes(r.dtype);
+    text += std::string(" [") + (r.type == ResponseType::kError ? "error " : "") +
+            opTypeName(r.op) + " " + quotedName(r.names[0]);
+    if (r.names.size() > 1) text += " + " + std::to_string(r.names.size() - 1) + " fused";
+    text += ", " + std::to_string(bytes) + " bytes]";
+  }
+  if (plan.empty()) text += " nothing";
+  logLine(LogLevel::kDebug, text);
 }
 
 std::string Runtime::checkStalls(ProcessSet& set) {

@@ -1,5 +1,6 @@
 // tutti-info: what this build of Tutti has, and its settings table.
-//   tutti-info            backends built, and the settings in force from the environment
+//   tutti-info            backends built, the topology, and every setting in force with
+//                         where its value came from (default, environment, tuttirun)
 //   tutti-info --env-markdown   the TUTTI_* table as Markdown (docs/env_vars.md embeds it)
 #include "backends/registry.h"
 #include "core/common.h"
@@ -24,10 +25,8 @@ int main(int argc, char** argv) {
     tutti::Config c = tutti::parseConfig();
     std::printf("topology: rank %d of %d (%s)\n", c.topology.rank, c.topology.size,
                 c.topology.source.c_str());
-    std::printf("fusion threshold: %lld bytes, cycle time: %g ms, timeout: %g s, "
-                "start timeout: %g s\n",
-                static_cast<long long>(c.fusion_threshold), c.cycle_time_ms, c.timeout_seconds,
-                c.start_timeout_seconds);
+    std::printf("settings in force:\n");
+    for (const auto& line : tutti::settingsInForce(c)) std::printf("  %s\n", line.c_str());
   } catch (const tutti::Error& e) {
     std::fprintf(stderr, "tutti-info: %s\n", e.what());
     return 1;

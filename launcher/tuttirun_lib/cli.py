@@ -18,6 +18,9 @@ SETTINGS = [
     ("fusion_threshold_mb", "TUTTI_FUSION_THRESHOLD", lambda v: str(int(v * 1024 * 1024))),
     ("cycle_time_ms", "TUTTI_CYCLE_TIME_MS", str),
     ("timeline_filename", "TUTTI_TIMELINE", str),
+    ("timeline_mark_cycles", "TUTTI_TIMELINE_MARK_CYCLES", lambda v: "1"),
+    ("autotune", "TUTTI_AUTOTUNE", lambda v: "1"),
+    ("autotune_log_file", "TUTTI_AUTOTUNE_LOG", str),
     ("cache_capacity", "TUTTI_CACHE_CAPACITY", str),
     ("stall_check_warning_time_seconds", "TUTTI_STALL_CHECK_TIME_SECONDS", str),
     ("stall_check_shutdown_time_seconds", "TUTTI_STALL_SHUTDOWN_TIME_SECONDS", str),
@@ -50,8 +53,17 @@ def make_parser():
                    help="fusion buffer size (TUTTI_FUSION_THRESHOLD, in bytes)")
     p.add_argument("--cycle-time-ms", type=float, metavar="MS",
                    help="batching bound of one round (TUTTI_CYCLE_TIME_MS)")
-    p.add_argument("--timeline-filename", metavar="FILE",
-                   help="write a Chrome-tracing timeline (TUTTI_TIMELINE)")
+    p.add_argument("--timeline-filename", metavar="DIR/|FILE",
+                   help="write a Chrome-tracing timeline (TUTTI_TIMELINE): DIR/ gives every "
+                        "rank DIR/rank-N.json (merge: tutti-timeline merge DIR -o job.json); "
+                        "a FILE is written by rank 0")
+    p.add_argument("--timeline-mark-cycles", action="store_const", const=True,
+                   help="mark every round on the timeline (TUTTI_TIMELINE_MARK_CYCLES=1)")
+    p.add_argument("--autotune", action="store_const", const=True,
+                   help="tune fusion threshold and cycle time while the job runs "
+                        "(TUTTI_AUTOTUNE=1)")
+    p.add_argument("--autotune-log-file", metavar="FILE",
+                   help="rank 0 writes each autotune window as CSV (TUTTI_AUTOTUNE_LOG)")
     p.add_argument("--cache-capacity", type=int, metavar="N",
                    help="response cache entries, 0 = off (TUTTI_CACHE_CAPACITY)")
     p.add_argument("--stall-check-warning-time-seconds", type=float, metavar="S",
@@ -163,6 +175,8 @@ def settings_env(args):
             env["NCCL_SOCKET_IFNAME"] = ",".join(args.nics)
     if args.no_stall_check:
         env["TUTTI_STALL_CHECK_DISABLE"] = "1"
+    if env:  # tutti-info and the info log name these as set by tuttirun
+        env["TUTTI_LAUNCHER_SETTINGS"] = ",".join(sorted(env))
     for item in args.export:
         name, eq, value = item.partition("=")
         if not name or not (name.replace("_", "a").isalnum() and not name[0].isdigit()):

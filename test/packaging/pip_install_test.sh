@@ -55,7 +55,7 @@ grep -E "Tutti (backends|: torch)" "$work/install.log" || true
 
 step "the installed tools, with nothing set but PATH"
 run() { env -i HOME="$work" PATH="$work/venv/bin:/usr/bin:/bin" TUTTI_TIMEOUT_SECONDS=60 "$@"; }
-for tool in tuttirun tutti-bench tutti-info; do
+for tool in tuttirun tutti-timeline tutti-bench tutti-info; do
   [ -x "$work/venv/bin/$tool" ] || { echo "FAIL: $tool is not in the venv's bin/"; exit 1; }
 done
 run tutti-info

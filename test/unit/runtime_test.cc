@@ -197,30 +197,6 @@ TEST_CASE("the response cache: repeats, a changed shape under a cached name, evi
   }
 }
 
-TEST_CASE("TUTTI_TIMELINE writes a Chrome trace per rank with negotiation and execution") {
-  Failures failures;
-  const std::string path = "/tmp/tutti_unit_timeline.json";
-  runRanks(2, [](RankContext& c) {
-    std::vector<float> x(3, 1.0f);
-    c.expectOk(runOne(c.rt, makeTestEntry(OpType::kAllreduce, "traced \"grad\"", {3}, DataType::kFloat32, x.data(), x.data())), "traced");
-  }, failures, [&](Config& config) { config.timeline_filename = path; });
-  CHECK(failures.summary() == "0 failure(s)");
-  for (int rank : {0, 1}) {
-    std::ifstream in(path + "." + std::to_string(rank));
-    std::stringstream text;
-    text << in.rdbuf();
-    std::string trace = text.str();
-    INFO(trace);
-    CHECK(trace.rfind("[\n", 0) == 0);
-    CHECK(trace.find("\n]\n") == trace.size() - 3);
-    CHECK(trace.find("\"name\":\"thread_name\"") != std::string::npos);
-    CHECK(trace.find("traced \\\"grad\\\"") != std::string::npos);
-    CHECK(trace.find("\"name\":\"NEGOTIATE\",\"ph\":\"B\"") != std::string::npos);
-    CHECK(trace.find("\"name\":\"allreduce\",\"ph\":\"B\"") != std::string::npos);
-    CHECK(trace.find("\"args\":{\"fused\":1}") != std::string::npos);
-  }
-}
-
 TEST_CASE("a cached op one rank submits late still completes (its hit waits, then negotiates)") {
   Failures failures;
   runRanks(2, [](RankContext& c) {

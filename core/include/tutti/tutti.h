@@ -162,6 +162,26 @@ tutti_status_t tutti_wait_result(tutti_handle_t handle, double timeout_seconds,
                                  tutti_result_t* result);
 void tutti_free(void* ptr);
 
+/* ---- timeline and counters (docs/troubleshooting.md, docs/c_api.md) ---- */
+/* Starts this rank's timeline: `path` a directory ("traces/": every rank writes
+ * traces/rank-N.json) or a file (rank 0 writes it, other ranks nothing). Starting again with
+ * the same path keeps the file; another path stops the first. */
+tutti_status_t tutti_start_timeline(const char* path, int mark_cycles);
+/* Completes and closes the timeline file (a no-op when none runs). */
+tutti_status_t tutti_stop_timeline(void);
+
+/* One counter of this rank since init. */
+typedef struct tutti_stat {
+  const char* name; /* e.g. "cache.hits", "op.allreduce.gloo.bytes" */
+  int64_t value;    /* counts, bytes, or nanoseconds for "time.*" */
+} tutti_stat_t;
+/* All counters, sorted by name: *stats receives *count entries owned by Tutti, valid on the
+ * calling thread until its next tutti_stats call. Names never change meaning; new versions
+ * only add names. Per-op counters ("op.<op>.<backend>.*") appear once such an op ran. */
+tutti_status_t tutti_stats(const tutti_stat_t** stats, int* count);
+/* One counter by name; TUTTI_ERR_INVALID_ARGUMENT when there is none of that name (yet). */
+tutti_status_t tutti_stat(const char* name, int64_t* value);
+
 /* ---- process sets ---- */
 /* Collective over ALL ranks: each passes the same sorted, duplicate-free rank list.
  * *process_set receives its id (> 0). Sets registered differently on different ranks

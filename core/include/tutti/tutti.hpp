@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace tutti {
@@ -149,6 +150,16 @@ Status removeProcessSet(int process_set);
 int processSetRank(int process_set);  // -1 if not a member
 int processSetSize(int process_set);  // -1 if unknown
 std::vector<int> processSetRanks(int process_set);
+
+// The timeline (docs/troubleshooting.md): `path` a directory ("traces/": every rank writes
+// traces/rank-N.json) or a file (rank 0 writes it). Local to this rank; starting again with
+// the same path keeps the file, another path stops the first. stopTimeline() completes it.
+Status startTimeline(const std::string& path, bool mark_cycles = false);
+Status stopTimeline();
+
+// This rank's counters since init, sorted by name (docs/c_api.md, "Counters").
+// Empty before init.
+std::vector<std::pair<std::string, int64_t>> stats();
 
 bool backendBuilt(const std::string& name);  // "mpi", "gloo", "nccl"
 std::string cpuBackend();

@@ -323,6 +323,12 @@ void shutdown() {
   check(status);
 }
 
+void startTimeline(const std::string& path, bool mark_cycles) {
+  check(tutti::startTimeline(path, mark_cycles));
+}
+
+void stopTimeline() { check(tutti::stopTimeline()); }
+
 PyObject* newException(const char* name, PyObject* bases, const char* doc) {
   PyObject* cls = PyErr_NewExceptionWithDoc(name, doc, bases, nullptr);
   if (cls == nullptr) throw py::error_already_set();
@@ -376,6 +382,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("cross_size", &tutti::crossSize);
   m.def("backend_built", &tutti::backendBuilt, py::arg("name"));
   m.def("cpu_backend", &tutti::cpuBackend);
+  m.def("start_timeline", &startTimeline, py::arg("path"), py::arg("mark_cycles"));
+  m.def("stop_timeline", &stopTimeline);
+  m.def("stats", &tutti::stats);
 
   m.def("allreduce_async", &allreduceAsync, py::arg("name"), py::arg("input"),
         py::arg("output"), py::arg("op"), py::arg("prescale"), py::arg("postscale"),

@@ -17,7 +17,7 @@ from tutti.torch.basics import (
     cuda_built, ddl_built, global_process_set, gloo_built, gloo_enabled, init,
     is_homogeneous, is_initialized, local_rank, local_size, mpi_built, mpi_enabled,
     mpi_threads_supported, nccl_built, nccl_enabled, rank, remove_process_set, rocm_built,
-    shutdown, size, start_timeline, stop_timeline)
+    shutdown, size, start_timeline, stats, stop_timeline)
 from tutti.torch.compression import Compression
 from tutti.torch.mpi_ops import (
     Adasum, Average, Handle, Max, Min, Product, Sum, allgather_async, allreduce_,
@@ -67,6 +67,6 @@ __all__ = [
     "local_size", "Max", "Min", "mpi_built", "mpi_enabled", "mpi_threads_supported",
     "nccl_built", "nccl_enabled", "poll", "ProcessSet", "Product", "rank", "reducescatter",
     "reducescatter_async", "remove_process_set", "rocm_built", "shutdown", "size",
-    "sparse_allreduce_async", "start_timeline", "stop_timeline", "Sum", "synchronize",
+    "sparse_allreduce_async", "start_timeline", "stats", "stop_timeline", "Sum", "synchronize",
     "TuttiError", "TuttiTimeoutError", "TuttiValueError", "__version__",
 ]

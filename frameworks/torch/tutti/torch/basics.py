@@ -178,19 +178,26 @@ def shutdown() -> None:
 
 
 def start_timeline(file_path: str, mark_cycles: bool = False) -> None:
-    """Not available: Tutti's timeline is chosen before init (horovod.torch can start one
-    at run time)."""
-    del file_path, mark_cycles
-    raise NotImplementedError(
-        "tutti.torch.start_timeline(): a timeline cannot be started at run time; set "
-        "TUTTI_TIMELINE=/path/trace.json before hvd.init() (docs/pytorch.md)")
+    """Starts writing the timeline, as horovod.torch does: `file_path` a file (rank 0 writes
+    it) or a directory ending in "/" (every rank writes DIR/rank-N.json; merge them with
+    `tutti-timeline merge DIR -o job.json`). `mark_cycles` marks every round. Starting again
+    with the same path keeps the file; another path stops the first (docs/pytorch.md)."""
+    _require_init("start_timeline()")
+    _C.start_timeline(str(file_path), bool(mark_cycles))
 
 
 def stop_timeline() -> None:
-    """Not available (see start_timeline)."""
-    raise NotImplementedError(
-        "tutti.torch.stop_timeline(): the timeline set with TUTTI_TIMELINE runs until "
-        "hvd.shutdown() (docs/pytorch.md)")
+    """Completes and closes the timeline file started by start_timeline (or TUTTI_TIMELINE)."""
+    _require_init("stop_timeline()")
+    _C.stop_timeline()
+
+
+def stats() -> dict:
+    """This rank's counters since init, {name: int}: ops and bytes by op and backend
+    ("op.allreduce.gloo.bytes"), fused batches, cache hits and misses, rounds, and time per
+    phase in nanoseconds ("time.backend_ns"). docs/pytorch.md lists them."""
+    _require_init("stats()")
+    return dict(_C.stats())
 
 
 def is_initialized() -> bool:

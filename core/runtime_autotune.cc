@@ -1,0 +1,59 @@
+// Autotune's place in the round (core/autotune.h has the search).
+#include "core/logging.h"
+#include "core/runtime.h"
+
+#include <cstdio>
+#include <sstream>
+
+namespace tutti {
+
+void Runtime::tune(ProcessSet& global) {
+  // 1. Rank 0: once a window has passed, score it and take the next settings.
+  // 2. Rank 0 broadcasts the settings in force; every rank applies them before it plans
+  //    this round's fusion.
+  std::string message;
+  if (global.rank == 0) {
+    const auto now = Clock::now();
+    if (!autotuner_) {
+      autotuner_ = std::make_unique<Autotuner>(tuned_, config_.autotune_warmup_windows,
+                                               config_.autotune_samples);
+      tune_window_start_ = now;
+      tune_window_bytes_ = stats_.totalBytes();
+      if (!config_.autotune_log.empty())
+        if (FILE* f = std::fopen(config_.autotune_log.c_str(), "w")) {
+          std::fputs("window,stage,fusion_threshold,cycle_time_ms,bytes_per_second,scored\n", f);
+          std::fclose(f);
+        }
+    }
+    const double seconds = std::chrono::duration<double>(now - tune_window_start_).count();
+    if (!autotuner_->done() && seconds >= config_.autotune_window_seconds) {
+      const int64_t bytes = stats_.totalBytes();
+      const size_t logged = autotuner_->log().size();
+      const TuneSettings s = autotuner_->observe(static_cast<double>(bytes - tune_window_bytes_), seconds);
+      if (autotuner_->done())
+        TUTTI_LOG(kInfo) << "autotune: done after " << logged + 1
+                         << " windows: fusion threshold " << s.fusion_threshold
+                         << " bytes, cycle time " << s.cycle_time_ms << " ms";
+      tune_window_start_ = now;
+      tune_window_bytes_ = bytes;
+      if (!config_.autotune_log.empty())
+        if (FILE* f = std::fopen(config_.autotune_log.c_str(), "a")) {
+          for (size_t i = logged; i < autotuner_->log().size(); ++i)
+            std::fprintf(f, "%s\n", autotuner_->log()[i].c_str());
+          std::fclose(f);
+        }
+    }
+    const TuneSettings next = autotuner_->current();
+    message = std::to_string(next.fusion_threshold) + " " + std::to_string(next.cycle_time_ms);
+  }
+  std::istringstream in(global.control->broadcast(message, deadlineAfter(config_.timeout_seconds)));
+  TuneSettings next = tuned_;
+  in >> next.fusion_threshold >> next.cycle_time_ms;
+  if (next.fusion_threshold != tuned_.fusion_threshold || next.cycle_time_ms != tuned_.cycle_time_ms)
+    TUTTI_LOG(kDebug) << "autotune: fusion threshold " << next.fusion_threshold
+                      << " bytes, cycle time " << next.cycle_time_ms << " ms from round "
+                      << rounds_;
+  tuned_ = next;
+}
+
+}  // namespace tutti
