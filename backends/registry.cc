@@ -2,6 +2,7 @@
 #include "backends/registry.h"
 
 #include "backends/loopback/loopback.h"
+#include "backends/shm/shm_backend.h"
 #if TUTTI_WITH_MPI
 #include "backends/mpi/mpi_transport.h"
 #endif
@@ -77,10 +78,9 @@ std::vector<std::unique_ptr<Backend>> makeBackends(Transport& transport, Control
   std::vector<std::unique_ptr<Backend>> backends;
 #if TUTTI_WITH_NCCL
   if (auto nccl = makeNcclBackend(control, config)) backends.push_back(std::move(nccl));
-#else
-  (void)control;
-  (void)config;
 #endif
+  // Sets whose members all run on this host: shared memory ahead of the transport.
+  if (auto shm = makeShmBackend(control, ranks, id, config)) backends.push_back(std::move(shm));
   backends.push_back(transport.makeBackend(ranks, id));
   return backends;
 }

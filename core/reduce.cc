@@ -129,6 +129,35 @@ void reduce16(uint16_t* acc, const uint16_t* in, int64_t n, ReduceOp op) {
   }
 }
 
+template <float (*ToFloat)(uint16_t), uint16_t (*FromFloat)(float)>
+void reduce16Many(uint16_t* out, const uint16_t* const* ins, int n, int64_t count, ReduceOp op) {
+  constexpr int64_t kBlock = 256;
+  float acc[kBlock];
+  for (int64_t base = 0; base < count; base += kBlock) {
+    const int64_t m = std::min(kBlock, count - base);
+    for (int64_t i = 0; i < m; ++i) acc[i] = ToFloat(ins[0][base + i]);
+    for (int k = 1; k < n; ++k) {
+      const uint16_t* in = ins[k] + base;
+      switch (op) {
+        case ReduceOp::kSum:
+        case ReduceOp::kAverage:
+          for (int64_t i = 0; i < m; ++i) acc[i] += ToFloat(in[i]);
+          break;
+        case ReduceOp::kMin:
+          for (int64_t i = 0; i < m; ++i) acc[i] = std::fmin(acc[i], ToFloat(in[i]));
+          break;
+        case ReduceOp::kMax:
+          for (int64_t i = 0; i < m; ++i) acc[i] = std::fmax(acc[i], ToFloat(in[i]));
+          break;
+        case ReduceOp::kProduct:
+          for (int64_t i = 0; i < m; ++i) acc[i] *= ToFloat(in[i]);
+          break;
+      }
+    }
+    for (int64_t i = 0; i < m; ++i) out[base + i] = FromFloat(acc[i]);
+  }
+}
+
 // In T's own arithmetic (the factor rounded to T first), as Horovod does: results are
 // bit-identical to `tensor * torch.tensor(factor, dtype=tensor.dtype)`.
 template <typename T>
@@ -197,6 +226,20 @@ void reduceInto(void* acc, const void* in, int64_t n, DataType dtype, ReduceOp o
       return reduce16<bfloat16ToFloat, floatToBfloat16>(static_cast<uint16_t*>(acc), static_cast<const uint16_t*>(in), n, op);
     case DataType::kBool: return reduceBool(static_cast<uint8_t*>(acc), static_cast<const uint8_t*>(in), n, op);
   }
+}
+
+void reduceMany(void* out, const void* const* ins, int n, int64_t count, DataType dtype,
+                ReduceOp op) {
+  if (n <= 0 || count <= 0) return;
+  if (dtype == DataType::kFloat16 || dtype == DataType::kBFloat16) {
+    auto* o = static_cast<uint16_t*>(out);
+    auto* in = reinterpret_cast<const uint16_t* const*>(ins);
+    if (dtype == DataType::kFloat16)
+      return reduce16Many<halfToFloat, floatToHalf>(o, in, n, count, op);
+    return reduce16Many<bfloat16ToFloat, floatToBfloat16>(o, in, n, count, op);
+  }
+  if (out != ins[0]) std::memcpy(out, ins[0], static_cast<size_t>(count * dataTypeBytes(dtype)));
+  for (int k = 1; k < n; ++k) reduceInto(out, ins[k], count, dtype, op);
 }
 
 void scaleInto(const void* in, void* out, int64_t n, DataType dtype, double factor) {
