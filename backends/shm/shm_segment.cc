@@ -290,7 +290,7 @@ void ShmSegment::waitFor(int member, uint64_t target, Deadline deadline,
   using namespace std::chrono;
   const std::atomic<uint64_t>& seq = states_[member].seq;
   // 1. Spin: the common case, a peer a few microseconds behind.
-  for (int i = 0; i < 4000; ++i) {
+  for (int i = 0; i < 1000; ++i) {
     if (seq.load(std::memory_order_acquire) >= target) return;
     if (header_->poison.load(std::memory_order_relaxed) != 0) break;
     cpuRelax();
