@@ -3,6 +3,7 @@
 
 #include "backends/loopback/loopback.h"
 #include "backends/shm/shm_backend.h"
+#include "backends/shm/shm_control_plane.h"
 #if TUTTI_WITH_MPI
 #include "backends/mpi/mpi_transport.h"
 #endif
@@ -60,10 +61,10 @@ std::unique_ptr<Transport> makeTransport(const Config& config) {
     return makeLoopbackTransport(makeLoopbackHub(1), 0);
   }
 #if TUTTI_WITH_MPI
-  if (which == "mpi") return makeMpiTransport(config);
+  if (which == "mpi") return withShmControlPlanes(makeMpiTransport(config), config);
 #endif
 #if TUTTI_WITH_GLOO
-  if (which == "gloo") return makeGlooTransport(config);
+  if (which == "gloo") return withShmControlPlanes(makeGlooTransport(config), config);
 #endif
   std::string built;
   for (const auto& name : builtBackends()) built += (built.empty() ? "" : ", ") + name;

@@ -295,8 +295,8 @@ void ShmSegment::waitFor(int member, uint64_t target, Deadline deadline,
     if (header_->poison.load(std::memory_order_relaxed) != 0) break;
     cpuRelax();
   }
-  // 2. Yield for a millisecond, then sleep in short naps, checking the poison, the
-  //    deadline and (every 5 ms) the peer's process. Bounded by the deadline.
+  // 2. Yield for a millisecond, then sleep in naps, checking the poison, the deadline and
+  //    (every 5 ms) the peer's process. Bounded by the deadline.
   const auto start = Clock::now();
   auto next_check = start;
   for (;;) {
@@ -316,10 +316,14 @@ void ShmSegment::waitFor(int member, uint64_t target, Deadline deadline,
                  secondsText(duration<double>(now - start).count()) + " s waiting for " +
                  memberName(member) + ", which is " + stateText(p));
     }
-    if (now - start < milliseconds(1))
+    // Naps grow once a wait is long (an idle peer): 20 us, up to 1 ms after 10 ms.
+    const auto waited = now - start;
+    if (waited < milliseconds(1))
       sched_yield();
-    else
+    else if (waited < milliseconds(10))
       std::this_thread::sleep_for(microseconds(20));
+    else
+      std::this_thread::sleep_for(std::min<Clock::duration>(waited / 10, milliseconds(1)));
   }
 }
 

@@ -125,8 +125,9 @@ TEST_CASE("shm: two subset process sets move large tensors at once") {
     INFO("tensor " << k << ": first wrong element " << bad);
     CHECK(bad < 0);
   }
-  // Each rank maps the world's segment and its own set's, not the other set's.
-  CHECK(shmMappings().size() == 2);
+  // Each rank maps the world's two segments (control plane, data plane) and its own
+  // set's two, not the other set's.
+  CHECK(shmMappings().size() == 4);
   REQUIRE(removeProcessSet(set_even).ok());
   REQUIRE(removeProcessSet(set_odd).ok());
 }
