@@ -307,7 +307,7 @@ void ShmSegment::waitFor(int member, uint64_t target, Deadline deadline,
       next_check = now + milliseconds(5);
       ProcState p = procState(states_[member].pid);
       if (!alive(p, states_[member].start_time))
-        fail(StatusCode::kAborted, what + ": " + memberName(member) +
+        fail(StatusCode::kBackend, what + ": " + memberName(member) +
                                        " died (its process is gone) while this rank waited "
                                        "for it");
       if (now >= deadline)

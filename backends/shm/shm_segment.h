@@ -72,8 +72,9 @@ class ShmSegment {
   uint8_t* slot(int member);
 
   // Publishes this member's arrival and waits for every member's (see the protocol).
-  // Throws Error(kTimeout) at the deadline, Error(kAborted) when a member died or the
-  // segment was poisoned; both poison the segment first.
+  // Throws Error(kTimeout) at the deadline, Error(kBackend) when a member died, and the
+  // poison's code (kAborted after abort()) when the segment was poisoned; the first two
+  // poison the segment first.
   void round(Deadline deadline, const std::string& what);
 
   void throwIfPoisoned(const std::string& what) const;
