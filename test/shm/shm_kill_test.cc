@@ -7,8 +7,8 @@
 #include "backends/shm/shm_backend.h"
 
 #include "test/catch.h"
+#include "test/shm/shm_test_util.h"
 
-#include <dirent.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -168,17 +168,6 @@ void reapAll(std::vector<Member>& members) {
   }
 }
 
-std::vector<std::string> segmentsOf(pid_t creator) {
-  std::vector<std::string> left;
-  std::string prefix = "tutti-" + std::to_string(creator) + "-";
-  if (DIR* d = opendir("/dev/shm")) {
-    while (dirent* e = readdir(d))
-      if (std::string(e->d_name).rfind(prefix, 0) == 0) left.push_back(e->d_name);
-    closedir(d);
-  }
-  return left;
-}
-
 TEST_CASE("shm: a member killed with SIGKILL mid-allreduce; the others fail at once naming it") {
   auto members = startMembers(3, 30.0);
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -192,7 +181,7 @@ TEST_CASE("shm: a member killed with SIGKILL mid-allreduce; the others fail at o
   CHECK(out0.find(victim) != std::string::npos);
   CHECK(out2.find(victim) != std::string::npos);
   CHECK(took < 5.0);  // the op deadline is 30 s: liveness, not the deadline, ended it
-  CHECK(segmentsOf(members[0].pid).empty());
+  CHECK(test::shmNamesOf(members[0].pid).empty());
 }
 
 TEST_CASE("shm: a stopped member (SIGSTOP) fails the others at the deadline, naming it") {
@@ -204,7 +193,7 @@ TEST_CASE("shm: a stopped member (SIGSTOP) fails the others at the deadline, nam
   CHECK(out0.find("timed out after") != std::string::npos);
   CHECK(out0.find("waiting for world rank 1 (pid " + std::to_string(members[1].pid) +
                   "), which is stopped") != std::string::npos);
-  CHECK(segmentsOf(members[0].pid).empty());
+  CHECK(test::shmNamesOf(members[0].pid).empty());
 }
 
 }  // namespace

@@ -5,10 +5,10 @@
 #include "backends/loopback/loopback.h"
 #include "backends/shm/shm_backend.h"
 #include "test/backends/backend_test_util.h"
+#include "test/shm/shm_test_util.h"
 
 #include "test/catch.h"
 
-#include <dirent.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -62,18 +62,6 @@ void runRanks(int n, Failures& failures, const std::function<void(int, Backend&)
 std::string caseName(const char* op, int n, int64_t count, DataType dtype) {
   return std::string(op) + " n=" + std::to_string(n) + " count=" + std::to_string(count) +
          " " + dataTypeName(dtype);
-}
-
-// Names of this process's segments still in /dev/shm.
-std::vector<std::string> leftSegments() {
-  std::vector<std::string> left;
-  std::string prefix = "tutti-" + std::to_string(getpid()) + "-";
-  if (DIR* d = opendir("/dev/shm")) {
-    while (dirent* e = readdir(d))
-      if (std::string(e->d_name).rfind(prefix, 0) == 0) left.push_back(e->d_name);
-    closedir(d);
-  }
-  return left;
 }
 
 TEST_CASE("shm allreduce: every dtype and reduce op, sizes 1-4, chunked, in and out of place") {
@@ -143,37 +131,10 @@ TEST_CASE("shm broadcast from every root and alltoallv, chunked") {
       for (int64_t base : kCounts)
         for (DataType dtype : {DataType::kBool, DataType::kInt16, DataType::kFloat32}) {
           ++salt;
-          const int64_t esz = dataTypeBytes(dtype);
           std::string what = caseName("", n, base, dtype);
-          for (int root = 0; root < n; ++root) {
-            std::vector<uint8_t> buf(base * esz + 1, 0xEE);
-            if (rank == root)
-              for (int64_t b = 0; b < base * esz; ++b) buf[b] = patternByte(dtype, root, b, salt);
-            backend.broadcast(buf.data(), base, dtype, root, deadlineAfter(30));
-            for (int64_t b = 0; b < base * esz; ++b)
-              if (buf[b] != patternByte(dtype, root, b, salt)) {
-                failures.add("broadcast" + what + " root " + std::to_string(root) +
-                             ": wrong at byte " + std::to_string(b));
-                break;
-              }
-          }
-          auto sendCount = [&](int i, int j) { return (base + i + 2 * j + salt) % (base + 2); };
-          std::vector<int64_t> send(n), recv(n);
-          for (int j = 0; j < n; ++j) send[j] = sendCount(rank, j), recv[j] = sendCount(j, rank);
-          int64_t send_total = std::accumulate(send.begin(), send.end(), int64_t{0});
-          int64_t recv_total = std::accumulate(recv.begin(), recv.end(), int64_t{0});
-          std::vector<uint8_t> sbuf(send_total * esz + 1), rbuf(recv_total * esz + 1, 0xEE);
-          for (int j = 0, off = 0; j < n; off += send[j] * esz, ++j)
-            for (int64_t b = 0; b < send[j] * esz; ++b)
-              sbuf[off + b] = patternByte(dtype, rank * 16 + j, b, salt);
-          backend.alltoallv(sbuf.data(), send, rbuf.data(), recv, dtype, deadlineAfter(30));
-          for (int j = 0, off = 0; j < n; off += recv[j] * esz, ++j)
-            for (int64_t b = 0; b < recv[j] * esz; ++b)
-              if (rbuf[off + b] != patternByte(dtype, j * 16 + rank, b, salt)) {
-                failures.add("alltoallv" + what + ": block from rank " + std::to_string(j) +
-                             " wrong at byte " + std::to_string(b));
-                break;
-              }
+          checkBroadcastFromEveryRoot(backend, rank, n, base, dtype, salt, what, failures,
+                                      deadlineAfter(30));
+          checkAlltoallv(backend, rank, n, base, dtype, salt, what, failures, deadlineAfter(30));
         }
     });
     INFO("world size " << n);
@@ -186,7 +147,7 @@ TEST_CASE("shm barrier waits for the last member; the segment's name is gone at 
     Failures failures;
     std::atomic<int> before{0};
     runRanks(n, failures, [&](int rank, Backend& backend) {
-      if (!leftSegments().empty()) failures.add("segment still named in /dev/shm");
+      if (!shmNamesOf(getpid()).empty()) failures.add("segment still named in /dev/shm");
       for (int round = 0; round < 20; ++round) {
         if (rank == n - 1 && round % 5 == 0)
           std::this_thread::sleep_for(std::chrono::milliseconds(5));
@@ -272,7 +233,7 @@ TEST_CASE("shm declines alike on every member when one sets TUTTI_SHM=0") {
     });
   for (auto& t : threads) t.join();
   CHECK(got.load() == 0);
-  CHECK(leftSegments().empty());
+  CHECK(shmNamesOf(getpid()).empty());
 }
 
 }  // namespace
