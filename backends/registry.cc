@@ -81,7 +81,8 @@ std::vector<std::unique_ptr<Backend>> makeBackends(Transport& transport, Control
   if (auto nccl = makeNcclBackend(control, config)) backends.push_back(std::move(nccl));
 #endif
   // Sets whose members all run on this host: shared memory ahead of the transport.
-  if (auto shm = makeShmBackend(control, ranks, id, config)) backends.push_back(std::move(shm));
+  if (auto shm = makeShmBackend(control, ranks, id, config, transport.name()))
+    backends.push_back(std::move(shm));
   backends.push_back(transport.makeBackend(ranks, id));
   return backends;
 }

@@ -10,7 +10,8 @@
 //   broadcast: the root copies a piece into its slot; round; the others copy it out.
 //   reducescatter: each member's slot holds one region per destination member; round;
 //     member r reduces region r of every slot into its output.
-//   alltoallv: counts are exchanged first (one round), then regions as reducescatter.
+//   alltoallv: counts are exchanged first (one round), then one region per other member
+//     (member i's block for j is in region (j - i - 1) mod n of i's slot, so none is idle).
 // Every member runs the same number of epochs and rounds (computed from arguments that
 // are the same on every member), so the rounds stay matched.
 #include "backends/shm/shm_backend.h"
@@ -56,11 +57,11 @@ int64_t epochsFor(int64_t max_count, int64_t per) { return (max_count + per - 1)
 
 class ShmBackend : public Backend {
  public:
-  explicit ShmBackend(std::unique_ptr<ShmSegment> seg)
-      : seg_(std::move(seg)), ptrs_(seg_->size()) {}
+  ShmBackend(std::unique_ptr<ShmSegment> seg, bool alltoall)
+      : seg_(std::move(seg)), ptrs_(seg_->size()), alltoall_(alltoall) {}
   const char* name() const override { return "shm"; }
-  bool supports(OpType, DataType, DeviceType device) const override {
-    return device == DeviceType::kCpu;
+  bool supports(OpType op, DataType, DeviceType device) const override {
+    return device == DeviceType::kCpu && (alltoall_ || op != OpType::kAlltoall);
   }
   int rank() const override { return seg_->rank(); }
   int size() const override { return seg_->size(); }
@@ -175,8 +176,9 @@ class ShmBackend : public Backend {
       }
     }
     // 2. Region j of a member's slot carries its block for member j.
-    const int64_t region = regionBytes(), per = region / esz;
+    const int64_t region = regionBytes(std::max<int64_t>(1, size - 1)), per = region / esz;
     const int64_t epochs = size == 1 ? 0 : epochsFor(largest, per);
+    auto regionOf = [&](int64_t from, int64_t to) { return (to - from - 1 + size) % size; };
     std::vector<int64_t>& send_off = offsets_;
     send_off.assign(size + 1, 0);
     for (int j = 0; j < size; ++j) send_off[j + 1] = send_off[j] + send_counts[j];
@@ -185,12 +187,15 @@ class ShmBackend : public Backend {
       for (int j = 0; j < size; ++j) {
         Piece p = piece(send_counts[j], e, per);
         if (j != me)
-          copy(seg_->mine() + j * region, at(in, send_off[j] + p.first, esz), p.count * esz);
+          copy(seg_->mine() + regionOf(me, j) * region, at(in, send_off[j] + p.first, esz),
+               p.count * esz);
       }
       seg_->round(deadline, what);
       for (int64_t j = 0, off = 0; j < size; off += recv_counts[j], ++j) {
         Piece p = piece(recv_counts[j], e, per);
-        if (j != me) copy(at(out, off + p.first, esz), seg_->slot(j) + me * region, p.count * esz);
+        if (j != me)
+          copy(at(out, off + p.first, esz), seg_->slot(j) + regionOf(j, me) * region,
+               p.count * esz);
       }
     }
     int64_t my_recv = 0;
@@ -211,7 +216,7 @@ class ShmBackend : public Backend {
     // overlaps are staged.
     if (in != out && overlap(in, offsets[size] * esz, out, counts[me] * esz))
       in = stage(in, offsets[size] * esz);
-    const int64_t region = regionBytes(), per = region / esz;
+    const int64_t region = regionBytes(size), per = region / esz;
     const int64_t epochs = epochsFor(maxOf(counts), per);
     for (int64_t e = 0; e < epochs; ++e) {
       seg_->beginEpoch();
@@ -255,8 +260,10 @@ class ShmBackend : public Backend {
   static int64_t maxOf(const std::vector<int64_t>& counts) {
     return counts.empty() ? 0 : *std::max_element(counts.begin(), counts.end());
   }
-  // A member's slot split into one cache-line-aligned region per member.
-  int64_t regionBytes() const { return seg_->bufferBytes() / seg_->size() / 64 * 64; }
+  // A member's slot split into `regions` cache-line-aligned regions.
+  int64_t regionBytes(int64_t regions) const {
+    return seg_->bufferBytes() / regions / 64 * 64;
+  }
   // A persistent copy of an input that aliases the output.
   const void* stage(const void* in, int64_t bytes) {
     if (static_cast<int64_t>(staging_.size()) < bytes) staging_.resize(bytes);
@@ -268,6 +275,7 @@ class ShmBackend : public Backend {
   std::vector<const void*> ptrs_;
   std::vector<int64_t> offsets_;
   std::vector<uint8_t> staging_;
+  bool alltoall_;
 };
 
 }  // namespace
@@ -280,12 +288,16 @@ std::unique_ptr<Backend> makeShmBackend(ControlPlane& control, const std::vector
     TUTTI_LOG(kDebug) << "process set " << id << " does not use shm: " << why_not;
     return nullptr;
   }
-  return std::make_unique<ShmBackend>(std::move(seg));
+  return std::make_unique<ShmBackend>(std::move(seg), options.alltoall);
 }
 
 std::unique_ptr<Backend> makeShmBackend(ControlPlane& control, const std::vector<int>& ranks,
-                                        int id, const Config& config) {
+                                        int id, const Config& config,
+                                        const std::string& transport) {
   detail::ShmOptions options;
+  // Measured (docs/PERFORMANCE.md): Open MPI's alltoall, which copies once between the
+  // processes, beats shm's chunked one from 1 MiB; everything else is faster on shm.
+  options.alltoall = transport != "mpi";
   options.enabled = config.shm;
   options.buffer_bytes = config.shm_buffer_bytes;
   options.setup_seconds = config.start_timeout_seconds;

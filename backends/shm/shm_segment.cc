@@ -155,6 +155,10 @@ std::unique_ptr<ShmSegment> ShmSegment::create(ControlPlane& control,
   seg->size_ = size;
   seg->id_ = id;
   seg->ranks_ = ranks;
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  const int cores = sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+  seg->spins_ = size > cores ? 0 : 1000;
   seg->buffer_bytes_ = (std::max<int64_t>(options.buffer_bytes, 64 << 10) + kPage - 1) /
                        kPage * kPage;
   seg->bytes_ = dataOffset(size) + 2 * static_cast<size_t>(size) * seg->buffer_bytes_;
@@ -289,8 +293,9 @@ void ShmSegment::waitFor(int member, uint64_t target, Deadline deadline,
                          const std::string& what) {
   using namespace std::chrono;
   const std::atomic<uint64_t>& seq = states_[member].seq;
-  // 1. Spin: the common case, a peer a few microseconds behind.
-  for (int i = 0; i < 1000; ++i) {
+  // 1. Spin: the common case, a peer a few microseconds behind. Not when the set has more
+  //    members than this process may use cores: the peer then needs this core to arrive.
+  for (int i = 0; i < spins_; ++i) {
     if (seq.load(std::memory_order_acquire) >= target) return;
     if (header_->poison.load(std::memory_order_relaxed) != 0) break;
     cpuRelax();

@@ -45,6 +45,7 @@ struct ShmOptions {
   int64_t buffer_bytes = 1 << 20;  // per member per buffer (rounded up to pages)
   double setup_seconds = 30;       // deadline of the collective setup
   bool enabled = true;             // this member's TUTTI_SHM
+  bool alltoall = true;            // the backend runs alltoall (else leaves it to the next)
 };
 
 class ShmSegment {
@@ -95,6 +96,7 @@ class ShmSegment {
   int rank_ = 0, size_ = 1, id_ = 0;
   std::vector<int> ranks_;
   int64_t buffer_bytes_ = 0;
+  int spins_ = 1000;  // 0 when oversubscribed (more members than usable cores)
   uint64_t epoch_ = 0;
   uint64_t seq_ = 0;
 };
