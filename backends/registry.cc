@@ -2,6 +2,8 @@
 #include "backends/registry.h"
 
 #include "backends/loopback/loopback.h"
+#include "backends/shm/shm_backend.h"
+#include "backends/shm/shm_control_plane.h"
 #if TUTTI_WITH_MPI
 #include "backends/mpi/mpi_transport.h"
 #endif
@@ -59,10 +61,10 @@ std::unique_ptr<Transport> makeTransport(const Config& config) {
     return makeLoopbackTransport(makeLoopbackHub(1), 0);
   }
 #if TUTTI_WITH_MPI
-  if (which == "mpi") return makeMpiTransport(config);
+  if (which == "mpi") return withShmControlPlanes(makeMpiTransport(config), config);
 #endif
 #if TUTTI_WITH_GLOO
-  if (which == "gloo") return makeGlooTransport(config);
+  if (which == "gloo") return withShmControlPlanes(makeGlooTransport(config), config);
 #endif
   std::string built;
   for (const auto& name : builtBackends()) built += (built.empty() ? "" : ", ") + name;
@@ -77,10 +79,10 @@ std::vector<std::unique_ptr<Backend>> makeBackends(Transport& transport, Control
   std::vector<std::unique_ptr<Backend>> backends;
 #if TUTTI_WITH_NCCL
   if (auto nccl = makeNcclBackend(control, config)) backends.push_back(std::move(nccl));
-#else
-  (void)control;
-  (void)config;
 #endif
+  // Sets whose members all run on this host: shared memory ahead of the transport.
+  if (auto shm = makeShmBackend(control, ranks, id, config, transport.name()))
+    backends.push_back(std::move(shm));
   backends.push_back(transport.makeBackend(ranks, id));
   return backends;
 }

@@ -54,6 +54,8 @@ int runBench(const Options& options) {
   meta.warmup_iters = options.warmup_iters;
   meta.check = options.check;
   fillMachine(&meta);
+  if (rank == 0 && options.workload != Workload::kFusion && options.workload != Workload::kLatency)
+    meta.memcpy_gbps = measureMemcpy();
   Report report(meta, rank == 0 ? stdout : nullptr);
   if (rank == 0 && options.baseline && !baseline) {
     std::printf("# --baseline: no baseline in this run: %s\n", why.c_str());

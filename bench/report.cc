@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstring>
 #include <cmath>
 #include <cstdarg>
 #include <ctime>
@@ -107,6 +109,18 @@ void fillMachine(Metadata* meta) {
   char date[64];
   std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
   meta->date = date;
+}
+
+double measureMemcpy() {
+  const size_t bytes = 64u << 20;
+  std::vector<char> a(bytes, 1), b(bytes, 2);
+  double best = 1e30;
+  for (int rep = 0; rep < 5; ++rep) {
+    auto start = std::chrono::steady_clock::now();
+    std::memcpy(rep % 2 ? a.data() : b.data(), rep % 2 ? b.data() : a.data(), bytes);
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  return static_cast<double>(bytes) / best / 1e9;
 }
 
 LatencyStats latencyStats(std::vector<double>* samples) {
@@ -263,11 +277,22 @@ double Report::averageBusBandwidth() const {
   return n ? sum / n : 0.0;
 }
 
+double Report::bestBusBandwidth() const {
+  double best = 0;
+  for (const SweepRow& row : sweep_)
+    for (const ModeResult* m : {&row.out_of_place, &row.in_place})
+      if (m->present) best = std::max(best, m->busbw);
+  return best;
+}
+
 void Report::finish(int64_t total_wrong) {
   total_wrong_ = total_wrong;
   print("# Out of bounds values : %lld %s\n", static_cast<long long>(total_wrong),
         total_wrong == 0 ? "OK" : "FAILED");
   if (!sweep_.empty()) print("# Avg bus bandwidth    : %g \n", averageBusBandwidth());
+  if (!sweep_.empty() && meta_.memcpy_gbps > 0)
+    print("# memcpy bandwidth     : %.2f GB/s (one core); best busbw %.2f GB/s = %.0f%% of it\n",
+          meta_.memcpy_gbps, bestBusBandwidth(), 100.0 * bestBusBandwidth() / meta_.memcpy_gbps);
   print("#\n");
   if (out_) fflush(out_);
 }
@@ -281,6 +306,7 @@ std::string Report::json() const {
      << ",\n  \"machine\": {\"hostname\": " << jsonString(meta_.hostname)
      << ", \"cpu_model\": " << jsonString(meta_.cpu_model) << ", \"cores\": " << meta_.cores
      << ", \"loadavg\": " << jsonString(meta_.loadavg)
+     << ", \"memcpy_gbps\": " << jsonNumber(meta_.memcpy_gbps)
      << "},\n  \"date\": " << jsonString(meta_.date) << ",\n  \"dtype\": "
      << jsonString(meta_.dtype) << ",\n  \"op\": " << jsonString(meta_.op)
      << ",\n  \"iters\": " << meta_.iters << ",\n  \"warmup_iters\": " << meta_.warmup_iters

@@ -58,6 +58,7 @@ struct Metadata {
   std::string dtype, op, combine;
   int iters = 0, warmup_iters = 0;
   bool check = true;
+  double memcpy_gbps = 0;  // one core's memcpy bandwidth (measureMemcpy); 0 = not measured
 };
 
 // busbw / algbw for a collective over n ranks (nccl-tests' factors).
@@ -66,6 +67,9 @@ double busBandwidthFactor(const std::string& collective, int nranks);
 std::string formatTime(double us);
 // Host name, /proc/cpuinfo model, cores and the UTC date, for the metadata.
 void fillMachine(Metadata* meta);
+// The machine's memory-copy limit: GB/s of payload one core's memcpy moves between two
+// 64 MiB buffers (best of 5). The data plane's busbw is reported as a fraction of it.
+double measureMemcpy();
 // Median, 99th percentile and maximum of `samples` (sorted in place).
 LatencyStats latencyStats(std::vector<double>* samples);
 
@@ -84,6 +88,7 @@ class Report {
   void finish(int64_t total_wrong);
 
   double averageBusBandwidth() const;
+  double bestBusBandwidth() const;  // the sweep's highest busbw, either mode
   std::string json() const;
   // Throws Error(kInvalidArgument) naming the path when it cannot be written.
   void writeJson(const std::string& path) const;

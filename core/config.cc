@@ -89,6 +89,17 @@ const std::vector<ConfigVar>& configTable() {
        [](const std::string& v, Config& c) {
          c.cpu_operations = parseChoice("TUTTI_CPU_OPERATIONS", v, {"mpi", "gloo", "loopback"});
        }},
+      {"TUTTI_SHM", "bool", "1", "0, 1",
+       "Shared-memory backend for the CPU collectives of process sets whose members all run "
+       "on one host (measured at init, under any launcher); 0 leaves them to the transport's "
+       "backend (mpi or gloo).",
+       [](const std::string& v, Config& c) { c.shm = parseBool("TUTTI_SHM", v); }},
+      {"TUTTI_SHM_BUFFER_BYTES", "bytes", "1048576", "[65536, 2^30]",
+       "Bytes of each shm buffer per member and process set (each set maps 2 x members x "
+       "this in /dev/shm); collectives larger than this move in chunks of it.",
+       [](const std::string& v, Config& c) {
+         c.shm_buffer_bytes = parseInt("TUTTI_SHM_BUFFER_BYTES", v, 65536, int64_t(1) << 30);
+       }},
       {"TUTTI_TIMEOUT_SECONDS", "float", "1800", "[0.1, 1e9]",
        "Deadline of the job's collective waits: negotiation, each collective, and tutti_wait "
        "without a timeout. A tensor some ranks submitted and others did not for this long "

@@ -1,5 +1,11 @@
 #include "core/reduce.h"
 
+// The element loops are the shm backend's hot path: let GCC vectorize them at any -O level
+// (at -O2 its cost model refuses loops that need a scalar remainder). Clang vectorizes at -O2.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("O3")
+#endif
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -7,7 +13,11 @@
 
 namespace tutti {
 
-float halfToFloat(uint16_t h) {
+// The conversions the kernels inline: the exported names below are interposable in a shared
+// library, so GCC would call them through the PLT for every element.
+namespace {
+
+inline float halfBitsToFloat(uint16_t h) {
   uint32_t sign = (h & 0x8000u) << 16;
   uint32_t exp = (h >> 10) & 0x1f;
   uint32_t mant = h & 0x3ffu;
@@ -34,7 +44,7 @@ float halfToFloat(uint16_t h) {
   return f;
 }
 
-uint16_t floatToHalf(float f) {
+inline uint16_t floatToHalfBits(float f) {
   uint32_t x;
   std::memcpy(&x, &f, sizeof x);
   uint32_t sign = (x >> 16) & 0x8000u;
@@ -59,20 +69,27 @@ uint16_t floatToHalf(float f) {
   return static_cast<uint16_t>(half);
 }
 
-float bfloat16ToFloat(uint16_t b) {
+inline float bfloat16BitsToFloat(uint16_t b) {
   uint32_t bits = static_cast<uint32_t>(b) << 16;
   float f;
   std::memcpy(&f, &bits, sizeof f);
   return f;
 }
 
-uint16_t floatToBfloat16(float f) {
+inline uint16_t floatToBfloat16Bits(float f) {
   uint32_t x;
   std::memcpy(&x, &f, sizeof x);
   if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40u);  // NaN
   uint32_t rounding = 0x7fffu + ((x >> 16) & 1u);
   return static_cast<uint16_t>((x + rounding) >> 16);
 }
+
+}  // namespace
+
+float halfToFloat(uint16_t h) { return halfBitsToFloat(h); }
+uint16_t floatToHalf(float f) { return floatToHalfBits(f); }
+float bfloat16ToFloat(uint16_t b) { return bfloat16BitsToFloat(b); }
+uint16_t floatToBfloat16(float f) { return floatToBfloat16Bits(f); }
 
 namespace {
 
@@ -129,6 +146,35 @@ void reduce16(uint16_t* acc, const uint16_t* in, int64_t n, ReduceOp op) {
   }
 }
 
+template <float (*ToFloat)(uint16_t), uint16_t (*FromFloat)(float)>
+void reduce16Many(uint16_t* out, const uint16_t* const* ins, int n, int64_t count, ReduceOp op) {
+  constexpr int64_t kBlock = 256;
+  float acc[kBlock];
+  for (int64_t base = 0; base < count; base += kBlock) {
+    const int64_t m = std::min(kBlock, count - base);
+    for (int64_t i = 0; i < m; ++i) acc[i] = ToFloat(ins[0][base + i]);
+    for (int k = 1; k < n; ++k) {
+      const uint16_t* in = ins[k] + base;
+      switch (op) {
+        case ReduceOp::kSum:
+        case ReduceOp::kAverage:
+          for (int64_t i = 0; i < m; ++i) acc[i] += ToFloat(in[i]);
+          break;
+        case ReduceOp::kMin:
+          for (int64_t i = 0; i < m; ++i) acc[i] = std::fmin(acc[i], ToFloat(in[i]));
+          break;
+        case ReduceOp::kMax:
+          for (int64_t i = 0; i < m; ++i) acc[i] = std::fmax(acc[i], ToFloat(in[i]));
+          break;
+        case ReduceOp::kProduct:
+          for (int64_t i = 0; i < m; ++i) acc[i] *= ToFloat(in[i]);
+          break;
+      }
+    }
+    for (int64_t i = 0; i < m; ++i) out[base + i] = FromFloat(acc[i]);
+  }
+}
+
 // In T's own arithmetic (the factor rounded to T first), as Horovod does: results are
 // bit-identical to `tensor * torch.tensor(factor, dtype=tensor.dtype)`.
 template <typename T>
@@ -174,9 +220,9 @@ void divideInto(void* data, int64_t n, DataType dtype, int64_t divisor) {
     case DataType::kFloat32: return divideTyped(static_cast<float*>(data), n, divisor);
     case DataType::kFloat64: return divideTyped(static_cast<double*>(data), n, divisor);
     case DataType::kFloat16:
-      return divide16<halfToFloat, floatToHalf>(static_cast<uint16_t*>(data), n, divisor);
+      return divide16<halfBitsToFloat, floatToHalfBits>(static_cast<uint16_t*>(data), n, divisor);
     case DataType::kBFloat16:
-      return divide16<bfloat16ToFloat, floatToBfloat16>(static_cast<uint16_t*>(data), n, divisor);
+      return divide16<bfloat16BitsToFloat, floatToBfloat16Bits>(static_cast<uint16_t*>(data), n, divisor);
     case DataType::kBool: return;
   }
 }
@@ -192,11 +238,25 @@ void reduceInto(void* acc, const void* in, int64_t n, DataType dtype, ReduceOp o
     case DataType::kFloat32: return reduceTyped(static_cast<float*>(acc), static_cast<const float*>(in), n, op);
     case DataType::kFloat64: return reduceTyped(static_cast<double*>(acc), static_cast<const double*>(in), n, op);
     case DataType::kFloat16:
-      return reduce16<halfToFloat, floatToHalf>(static_cast<uint16_t*>(acc), static_cast<const uint16_t*>(in), n, op);
+      return reduce16<halfBitsToFloat, floatToHalfBits>(static_cast<uint16_t*>(acc), static_cast<const uint16_t*>(in), n, op);
     case DataType::kBFloat16:
-      return reduce16<bfloat16ToFloat, floatToBfloat16>(static_cast<uint16_t*>(acc), static_cast<const uint16_t*>(in), n, op);
+      return reduce16<bfloat16BitsToFloat, floatToBfloat16Bits>(static_cast<uint16_t*>(acc), static_cast<const uint16_t*>(in), n, op);
     case DataType::kBool: return reduceBool(static_cast<uint8_t*>(acc), static_cast<const uint8_t*>(in), n, op);
   }
+}
+
+void reduceMany(void* out, const void* const* ins, int n, int64_t count, DataType dtype,
+                ReduceOp op) {
+  if (n <= 0 || count <= 0) return;
+  if (dtype == DataType::kFloat16 || dtype == DataType::kBFloat16) {
+    auto* o = static_cast<uint16_t*>(out);
+    auto* in = reinterpret_cast<const uint16_t* const*>(ins);
+    if (dtype == DataType::kFloat16)
+      return reduce16Many<halfBitsToFloat, floatToHalfBits>(o, in, n, count, op);
+    return reduce16Many<bfloat16BitsToFloat, floatToBfloat16Bits>(o, in, n, count, op);
+  }
+  if (out != ins[0]) std::memcpy(out, ins[0], static_cast<size_t>(count * dataTypeBytes(dtype)));
+  for (int k = 1; k < n; ++k) reduceInto(out, ins[k], count, dtype, op);
 }
 
 void scaleInto(const void* in, void* out, int64_t n, DataType dtype, double factor) {
@@ -214,9 +274,9 @@ void scaleInto(const void* in, void* out, int64_t n, DataType dtype, double fact
     case DataType::kFloat32: return scaleFloat(static_cast<const float*>(in), static_cast<float*>(out), n, factor);
     case DataType::kFloat64: return scaleFloat(static_cast<const double*>(in), static_cast<double*>(out), n, factor);
     case DataType::kFloat16:
-      return scale16<halfToFloat, floatToHalf>(static_cast<const uint16_t*>(in), static_cast<uint16_t*>(out), n, factor);
+      return scale16<halfBitsToFloat, floatToHalfBits>(static_cast<const uint16_t*>(in), static_cast<uint16_t*>(out), n, factor);
     case DataType::kBFloat16:
-      return scale16<bfloat16ToFloat, floatToBfloat16>(static_cast<const uint16_t*>(in), static_cast<uint16_t*>(out), n, factor);
+      return scale16<bfloat16BitsToFloat, floatToBfloat16Bits>(static_cast<const uint16_t*>(in), static_cast<uint16_t*>(out), n, factor);
     case DataType::kBool:
       if (in != out) std::memcpy(out, in, static_cast<size_t>(n));
       return;

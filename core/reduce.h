@@ -18,6 +18,12 @@ uint16_t floatToBfloat16(float f);
 // average into sum + scale). bool: sum/max = logical or, min/product = logical and.
 void reduceInto(void* acc, const void* in, int64_t count, DataType dtype, ReduceOp op);
 
+// out[i] = ins[0][i] op ins[1][i] op ... op ins[n-1][i], in that order, for i < count (the
+// n-way step of a shared-memory reduction). out may be ins[0] but no other input. 16-bit
+// floats accumulate in float and are rounded once; other types as reduceInto.
+void reduceMany(void* out, const void* const* ins, int n, int64_t count, DataType dtype,
+                ReduceOp op);
+
 // out[i] = in[i] * factor (in may equal out). float32/float64 multiply by the factor
 // rounded to their own type, 16-bit floats compute in float32, integers are scaled in
 // double and truncated toward zero (Horovod's CPU rules); bool is left unchanged. factor == 1 with in == out is a no-op.

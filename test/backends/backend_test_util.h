@@ -4,6 +4,7 @@
 // reduction is exact in every dtype (no overflow, no rounding): a mismatch is a real bug.
 #pragma once
 
+#include "backends/backend.h"
 #include "core/common.h"
 #include "core/reduce.h"
 
@@ -11,6 +12,7 @@
 #include <cstdint>
 #include <cstring>
 #include <mutex>
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -123,6 +125,50 @@ inline void checkReduced(Failures& failures, const std::string& what, DataType d
       return;
     }
   }
+}
+
+// Broadcast of `base` elements from every root, checked byte by byte on every member.
+inline void checkBroadcastFromEveryRoot(Backend& backend, int rank, int n, int64_t base,
+                                        DataType dtype, int salt, const std::string& what,
+                                        Failures& failures, Deadline deadline) {
+  const int64_t esz = dataTypeBytes(dtype);
+  for (int root = 0; root < n; ++root) {
+    std::vector<uint8_t> buf(base * esz + 1, 0xEE);
+    if (rank == root)
+      for (int64_t b = 0; b < base * esz; ++b) buf[b] = patternByte(dtype, root, b, salt);
+    backend.broadcast(buf.data(), base, dtype, root, deadline);
+    for (int64_t b = 0; b < base * esz; ++b)
+      if (buf[b] != patternByte(dtype, root, b, salt)) {
+        failures.add("broadcast" + what + " root " + std::to_string(root) + ": wrong at byte " +
+                     std::to_string(b));
+        break;
+      }
+  }
+}
+
+// alltoallv where member i sends (base + i + 2j + salt) % (base + 2) elements to member j
+// (some blocks empty), checked byte by byte.
+inline void checkAlltoallv(Backend& backend, int rank, int n, int64_t base, DataType dtype,
+                           int salt, const std::string& what, Failures& failures,
+                           Deadline deadline) {
+  const int64_t esz = dataTypeBytes(dtype);
+  auto sendCount = [&](int i, int j) { return (base + i + 2 * j + salt) % (base + 2); };
+  std::vector<int64_t> send(n), recv(n);
+  for (int j = 0; j < n; ++j) send[j] = sendCount(rank, j), recv[j] = sendCount(j, rank);
+  int64_t send_total = std::accumulate(send.begin(), send.end(), int64_t{0});
+  int64_t recv_total = std::accumulate(recv.begin(), recv.end(), int64_t{0});
+  std::vector<uint8_t> sbuf(send_total * esz + 1), rbuf(recv_total * esz + 1, 0xEE);
+  for (int j = 0, off = 0; j < n; off += send[j] * esz, ++j)
+    for (int64_t b = 0; b < send[j] * esz; ++b)
+      sbuf[off + b] = patternByte(dtype, rank * 16 + j, b, salt);
+  backend.alltoallv(sbuf.data(), send, rbuf.data(), recv, dtype, deadline);
+  for (int j = 0, off = 0; j < n; off += recv[j] * esz, ++j)
+    for (int64_t b = 0; b < recv[j] * esz; ++b)
+      if (rbuf[off + b] != patternByte(dtype, j * 16 + rank, b, salt)) {
+        failures.add("alltoallv" + what + ": block from rank " + std::to_string(j) +
+                     " wrong at byte " + std::to_string(b));
+        break;
+      }
 }
 
 }  // namespace test

@@ -1,0 +1,307 @@
+// Shared-memory collectives over a ShmSegment (see shm_segment.h for the epoch and round
+// protocol). Every op moves data in chunks of at most one slot per member per epoch:
+//   allreduce, small (<= kSmallBytes): each member copies its input into its slot; round;
+//     every member reduces all slots (in member order) into its output. One round.
+//   allreduce, large: per chunk, 1. each member copies its chunk into its slot; round;
+//     2. member r reduces slice r of the chunk over all slots (in member order) into its
+//     output and copies the result back into slice r of its own slot; round; 3. each member
+//     copies the other members' reduced slices into its output. Every member reduces 1/n.
+//   allgatherv: each member copies its block's piece into its slot; round; all copy.
+//   broadcast: the root copies a piece into its slot; round; the others copy it out.
+//   reducescatter: each member's slot holds one region per destination member; round;
+//     member r reduces region r of every slot into its output.
+//   alltoallv: counts are exchanged first (one round), then one region per other member
+//     (member i's block for j is in region (j - i - 1) mod n of i's slot, so none is idle).
+// Every member runs the same number of epochs and rounds (computed from arguments that
+// are the same on every member), so the rounds stay matched.
+#include "backends/shm/shm_backend.h"
+
+#include "core/logging.h"
+#include "core/reduce.h"
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+namespace tutti {
+namespace {
+
+using detail::ShmSegment;
+
+// Up to this size an allreduce takes the one-round path.
+constexpr int64_t kSmallBytes = 16 << 10;
+
+uint8_t* at(void* base, int64_t elements, int64_t esz) {
+  return static_cast<uint8_t*>(base) + elements * esz;
+}
+const uint8_t* at(const void* base, int64_t elements, int64_t esz) {
+  return static_cast<const uint8_t*>(base) + elements * esz;
+}
+bool overlap(const void* a, int64_t a_bytes, const void* b, int64_t b_bytes) {
+  auto pa = reinterpret_cast<uintptr_t>(a), pb = reinterpret_cast<uintptr_t>(b);
+  return a_bytes > 0 && b_bytes > 0 && pa < pb + b_bytes && pb < pa + a_bytes;
+}
+void copy(void* dst, const void* src, int64_t bytes) {
+  if (bytes > 0 && dst != src) std::memcpy(dst, src, static_cast<size_t>(bytes));
+}
+// Elements [first, end) of a block of `count` elements that epoch `e` carries, `per` per
+// epoch.
+struct Piece {
+  int64_t first, count;
+};
+Piece piece(int64_t count, int64_t e, int64_t per) {
+  int64_t first = std::min(count, e * per);
+  return {first, std::min(count, first + per) - first};
+}
+int64_t epochsFor(int64_t max_count, int64_t per) { return (max_count + per - 1) / per; }
+
+class ShmBackend : public Backend {
+ public:
+  ShmBackend(std::unique_ptr<ShmSegment> seg, bool alltoall)
+      : seg_(std::move(seg)), ptrs_(seg_->size()), alltoall_(alltoall) {}
+  const char* name() const override { return "shm"; }
+  bool supports(OpType op, DataType, DeviceType device) const override {
+    return device == DeviceType::kCpu && (alltoall_ || op != OpType::kAlltoall);
+  }
+  int rank() const override { return seg_->rank(); }
+  int size() const override { return seg_->size(); }
+
+  void allreduce(const void* in, void* out, int64_t n, DataType dtype, ReduceOp op,
+                 Deadline deadline) override {
+    std::string what = begin("allreduce");
+    checkCount(n, what);
+    const int64_t esz = dataTypeBytes(dtype), size = seg_->size(), me = seg_->rank();
+    if (size == 1 || n == 0) return copy(out, in, n * esz);
+    if (n * esz <= std::min(kSmallBytes, seg_->bufferBytes())) {
+      seg_->beginEpoch();
+      copy(seg_->mine(), in, n * esz);
+      seg_->round(deadline, what);
+      for (int j = 0; j < size; ++j) ptrs_[j] = seg_->slot(j);
+      return reduceMany(out, ptrs_.data(), static_cast<int>(size), n, dtype, op);
+    }
+    const int64_t chunk = seg_->bufferBytes() / esz;
+    const int64_t align = std::max<int64_t>(1, 64 / esz);
+    for (int64_t off = 0; off < n; off += chunk) {
+      const int64_t m = std::min(chunk, n - off);
+      const int64_t per = ((m + size - 1) / size + align - 1) / align * align;
+      seg_->beginEpoch();
+      copy(seg_->mine(), at(in, off, esz), m * esz);
+      seg_->round(deadline, what);
+      Piece mine = piece(m, me, per);
+      if (mine.count > 0) {
+        for (int j = 0; j < size; ++j) ptrs_[j] = seg_->slot(j) + mine.first * esz;
+        uint8_t* dst = at(out, off + mine.first, esz);
+        reduceMany(dst, ptrs_.data(), static_cast<int>(size), mine.count, dtype, op);
+        copy(seg_->mine() + mine.first * esz, dst, mine.count * esz);
+      }
+      seg_->round(deadline, what);
+      for (int j = 0; j < size; ++j) {
+        Piece p = piece(m, j, per);
+        if (j != me && p.count > 0)
+          copy(at(out, off + p.first, esz), seg_->slot(j) + p.first * esz, p.count * esz);
+      }
+    }
+  }
+
+  void allgatherv(const void* in, void* out, const std::vector<int64_t>& counts, DataType dtype,
+                  Deadline deadline) override {
+    std::string what = begin("allgatherv");
+    checkCounts(counts, what);
+    const int64_t esz = dataTypeBytes(dtype), size = seg_->size(), me = seg_->rank();
+    std::vector<int64_t>& offsets = offsets_;
+    offsets.assign(size + 1, 0);
+    for (int j = 0; j < size; ++j) offsets[j + 1] = offsets[j] + counts[j];
+    uint8_t* my_block = at(out, offsets[me], esz);
+    if (in != my_block && overlap(in, counts[me] * esz, out, offsets[size] * esz))
+      in = stage(in, counts[me] * esz);
+    const int64_t per = seg_->bufferBytes() / esz;
+    const int64_t epochs = size == 1 ? 0 : epochsFor(maxOf(counts), per);
+    for (int64_t e = 0; e < epochs; ++e) {
+      seg_->beginEpoch();
+      Piece own = piece(counts[me], e, per);
+      copy(seg_->mine(), at(in, own.first, esz), own.count * esz);
+      seg_->round(deadline, what);
+      for (int j = 0; j < size; ++j) {
+        Piece p = piece(counts[j], e, per);
+        if (j != me) copy(at(out, offsets[j] + p.first, esz), seg_->slot(j), p.count * esz);
+      }
+    }
+    copy(my_block, in, counts[me] * esz);
+  }
+
+  void broadcast(void* buf, int64_t n, DataType dtype, int root, Deadline deadline) override {
+    std::string what = begin("broadcast");
+    checkCount(n, what);
+    if (root < 0 || root >= seg_->size())
+      throwError(StatusCode::kInvalidArgument, what + ": root must be in [0, " +
+                                                   std::to_string(seg_->size()) + "), got " +
+                                                   std::to_string(root));
+    const int64_t esz = dataTypeBytes(dtype), per = seg_->bufferBytes() / esz;
+    const int64_t epochs = seg_->size() == 1 ? 0 : epochsFor(n, per);
+    for (int64_t e = 0; e < epochs; ++e) {
+      Piece p = piece(n, e, per);
+      seg_->beginEpoch();
+      if (seg_->rank() == root) copy(seg_->mine(), at(buf, p.first, esz), p.count * esz);
+      seg_->round(deadline, what);
+      if (seg_->rank() != root) copy(at(buf, p.first, esz), seg_->slot(root), p.count * esz);
+    }
+  }
+
+  void alltoallv(const void* in, const std::vector<int64_t>& send_counts, void* out,
+                 const std::vector<int64_t>& recv_counts, DataType dtype,
+                 Deadline deadline) override {
+    std::string what = begin("alltoallv");
+    checkCounts(send_counts, what);
+    checkCounts(recv_counts, what);
+    const int64_t esz = dataTypeBytes(dtype), size = seg_->size(), me = seg_->rank();
+    if (recv_counts[me] != send_counts[me])
+      throwError(StatusCode::kInvalidArgument,
+                 what + ": sends " + std::to_string(send_counts[me]) +
+                     " elements to itself but expects " + std::to_string(recv_counts[me]));
+    int64_t send_total = 0, recv_total = 0;
+    for (int j = 0; j < size; ++j) {
+      send_total += send_counts[j];
+      recv_total += recv_counts[j];
+    }
+    if (overlap(in, send_total * esz, out, recv_total * esz)) in = stage(in, send_total * esz);
+    // 1. Every member learns the largest block of any pair, so that all run as many epochs.
+    int64_t largest = 0;
+    if (size > 1) {
+      seg_->beginEpoch();
+      copy(seg_->mine(), send_counts.data(), size * static_cast<int64_t>(sizeof(int64_t)));
+      seg_->round(deadline, what);
+      for (int j = 0; j < size; ++j) {
+        const auto* theirs = reinterpret_cast<const int64_t*>(seg_->slot(j));
+        largest = std::max(largest, *std::max_element(theirs, theirs + size));
+      }
+    }
+    // 2. Region j of a member's slot carries its block for member j.
+    const int64_t region = regionBytes(std::max<int64_t>(1, size - 1)), per = region / esz;
+    const int64_t epochs = size == 1 ? 0 : epochsFor(largest, per);
+    auto regionOf = [&](int64_t from, int64_t to) { return (to - from - 1 + size) % size; };
+    std::vector<int64_t>& send_off = offsets_;
+    send_off.assign(size + 1, 0);
+    for (int j = 0; j < size; ++j) send_off[j + 1] = send_off[j] + send_counts[j];
+    for (int64_t e = 0; e < epochs; ++e) {
+      seg_->beginEpoch();
+      for (int j = 0; j < size; ++j) {
+        Piece p = piece(send_counts[j], e, per);
+        if (j != me)
+          copy(seg_->mine() + regionOf(me, j) * region, at(in, send_off[j] + p.first, esz),
+               p.count * esz);
+      }
+      seg_->round(deadline, what);
+      for (int64_t j = 0, off = 0; j < size; off += recv_counts[j], ++j) {
+        Piece p = piece(recv_counts[j], e, per);
+        if (j != me)
+          copy(at(out, off + p.first, esz), seg_->slot(j) + regionOf(j, me) * region,
+               p.count * esz);
+      }
+    }
+    int64_t my_recv = 0;
+    for (int j = 0; j < me; ++j) my_recv += recv_counts[j];
+    copy(at(out, my_recv, esz), at(in, send_off[me], esz), send_counts[me] * esz);
+  }
+
+  void reducescatter(const void* in, void* out, const std::vector<int64_t>& counts,
+                     DataType dtype, ReduceOp op, Deadline deadline) override {
+    std::string what = begin("reducescatter");
+    checkCounts(counts, what);
+    const int64_t esz = dataTypeBytes(dtype), size = seg_->size(), me = seg_->rank();
+    std::vector<int64_t>& offsets = offsets_;
+    offsets.assign(size + 1, 0);
+    for (int j = 0; j < size; ++j) offsets[j + 1] = offsets[j] + counts[j];
+    if (size == 1) return copy(out, in, counts[0] * esz);
+    // out == in is safe (epoch e writes out below where later epochs read); other
+    // overlaps are staged.
+    if (in != out && overlap(in, offsets[size] * esz, out, counts[me] * esz))
+      in = stage(in, offsets[size] * esz);
+    const int64_t region = regionBytes(size), per = region / esz;
+    const int64_t epochs = epochsFor(maxOf(counts), per);
+    for (int64_t e = 0; e < epochs; ++e) {
+      seg_->beginEpoch();
+      for (int j = 0; j < size; ++j) {
+        Piece p = piece(counts[j], e, per);
+        copy(seg_->mine() + j * region, at(in, offsets[j] + p.first, esz), p.count * esz);
+      }
+      seg_->round(deadline, what);
+      Piece p = piece(counts[me], e, per);
+      for (int j = 0; j < size; ++j) ptrs_[j] = seg_->slot(j) + me * region;
+      reduceMany(at(out, p.first, esz), ptrs_.data(), static_cast<int>(size), p.count, dtype,
+                 op);
+    }
+  }
+
+  void barrier(Deadline deadline) override {
+    std::string what = begin("barrier");
+    if (seg_->size() > 1) seg_->round(deadline, what);
+  }
+
+  void abort(const std::string& reason) override { seg_->poison(StatusCode::kAborted, reason); }
+
+ private:
+  std::string begin(const char* op) const {
+    std::string what = seg_->where(op);
+    seg_->throwIfPoisoned(what);
+    return what;
+  }
+  static void checkCount(int64_t n, const std::string& what) {
+    if (n < 0)
+      throwError(StatusCode::kInvalidArgument,
+                 what + ": count must be >= 0, got " + std::to_string(n));
+  }
+  void checkCounts(const std::vector<int64_t>& counts, const std::string& what) const {
+    if (static_cast<int>(counts.size()) != seg_->size())
+      throwError(StatusCode::kInvalidArgument,
+                 what + ": expected one count per member (" + std::to_string(seg_->size()) +
+                     "), got " + std::to_string(counts.size()));
+    for (int64_t c : counts) checkCount(c, what);
+  }
+  static int64_t maxOf(const std::vector<int64_t>& counts) {
+    return counts.empty() ? 0 : *std::max_element(counts.begin(), counts.end());
+  }
+  // A member's slot split into `regions` cache-line-aligned regions.
+  int64_t regionBytes(int64_t regions) const {
+    return seg_->bufferBytes() / regions / 64 * 64;
+  }
+  // A persistent copy of an input that aliases the output.
+  const void* stage(const void* in, int64_t bytes) {
+    if (static_cast<int64_t>(staging_.size()) < bytes) staging_.resize(bytes);
+    copy(staging_.data(), in, bytes);
+    return staging_.data();
+  }
+
+  std::unique_ptr<ShmSegment> seg_;
+  std::vector<const void*> ptrs_;
+  std::vector<int64_t> offsets_;
+  std::vector<uint8_t> staging_;
+  bool alltoall_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> makeShmBackend(ControlPlane& control, const std::vector<int>& ranks,
+                                        int id, const detail::ShmOptions& options) {
+  std::string why_not;
+  auto seg = ShmSegment::create(control, ranks, id, options, &why_not);
+  if (!seg) {
+    TUTTI_LOG(kDebug) << "process set " << id << " does not use shm: " << why_not;
+    return nullptr;
+  }
+  return std::make_unique<ShmBackend>(std::move(seg), options.alltoall);
+}
+
+std::unique_ptr<Backend> makeShmBackend(ControlPlane& control, const std::vector<int>& ranks,
+                                        int id, const Config& config,
+                                        const std::string& transport) {
+  detail::ShmOptions options;
+  // Measured (docs/PERFORMANCE.md): Open MPI's alltoall, which copies once between the
+  // processes, beats shm's chunked one from 1 MiB; everything else is faster on shm.
+  options.alltoall = transport != "mpi";
+  options.enabled = config.shm;
+  options.buffer_bytes = config.shm_buffer_bytes;
+  options.setup_seconds = config.start_timeout_seconds;
+  return makeShmBackend(control, ranks, id, options);
+}
+
+}  // namespace tutti

@@ -1,0 +1,357 @@
+#include "backends/shm/shm_segment.h"
+
+#include "core/topology.h"
+
+#include <fcntl.h>
+#include <sched.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <new>
+#include <random>
+#include <sstream>
+#include <thread>
+
+namespace tutti {
+namespace detail {
+
+constexpr uint64_t kMagic = 0x316d73697474'7574ull;  // "tuttism1"
+constexpr size_t kPage = 4096;
+
+struct ShmHeader {
+  uint64_t magic;
+  int32_t size;
+  int32_t id;
+  int64_t buffer_bytes;
+  alignas(128) std::atomic<int32_t> poison;  // 0 clean, 1 being written, 2 poisoned
+  int32_t poison_code;
+  char reason[1024];
+};
+
+// One cache-line pair per member, so that one member's arrivals do not slow another's.
+struct alignas(128) ShmRankState {
+  std::atomic<uint64_t> seq;
+  int64_t pid;
+  uint64_t start_time;
+  int32_t world_rank;
+};
+
+static_assert(std::atomic<uint64_t>::is_always_lock_free, "shm needs lock-free 64-bit atomics");
+static_assert(std::atomic<int32_t>::is_always_lock_free, "shm needs lock-free 32-bit atomics");
+
+namespace {
+
+struct ProcState {
+  bool exists = false;
+  char state = '?';
+  uint64_t start_time = 0;
+};
+
+// /proc/<pid>/stat: the state (field 3) and the start time in clock ticks (field 22).
+ProcState procState(int64_t pid) {
+  ProcState p;
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(in, line)) return p;
+  auto close = line.rfind(')');
+  if (close == std::string::npos) return p;
+  std::istringstream fields(line.substr(close + 1));
+  std::string field;
+  for (int i = 3; i <= 22 && fields >> field; ++i) {
+    if (i == 3) p.state = field.empty() ? '?' : field[0];
+    if (i == 22) {
+      p.start_time = std::strtoull(field.c_str(), nullptr, 10);
+      p.exists = true;
+    }
+  }
+  return p;
+}
+
+bool alive(const ProcState& p, uint64_t start_time) {
+  return p.exists && p.start_time == start_time && p.state != 'Z' && p.state != 'X';
+}
+
+std::string stateText(const ProcState& p) {
+  switch (p.state) {
+    case 'R': return "running";
+    case 'S': return "sleeping";
+    case 'D': return "in uninterruptible sleep";
+    case 'T': return "stopped";
+    case 't': return "stopped by a debugger";
+    default: return std::string("state ") + p.state;
+  }
+}
+
+inline void cpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield" ::: "memory");
+#endif
+}
+
+std::string uniqueName(int id) {
+  std::random_device random;
+  std::ostringstream name;
+  name << "/tutti-" << getpid() << "-" << id << "-" << std::hex << random() << random();
+  return name.str();
+}
+
+size_t dataOffset(int size) {
+  size_t bytes = sizeof(ShmHeader) + sizeof(ShmRankState) * static_cast<size_t>(size);
+  return (bytes + kPage - 1) / kPage * kPage;
+}
+
+// Maps the object behind `fd`; nullptr with errno set on failure.
+void* mapFd(int fd, size_t bytes) {
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+  return p == MAP_FAILED ? nullptr : p;
+}
+
+std::string errnoText(const std::string& call, const std::string& name) {
+  return call + "(" + name + ") failed: " + std::strerror(errno);
+}
+
+// The setup's messages: "0" / "1" (TUTTI_SHM), host identity, pid and start time.
+struct MemberInfo {
+  bool enabled = false;
+  std::string host;
+  int64_t pid = 0;
+  uint64_t start_time = 0;
+};
+
+std::string encodeInfo(bool enabled) {
+  std::ostringstream out;
+  out << (enabled ? 1 : 0) << "\n" << hostIdentity() << "\n" << getpid() << " "
+      << procState(getpid()).start_time;
+  return out.str();
+}
+
+MemberInfo decodeInfo(const std::string& bytes) {
+  MemberInfo info;
+  std::istringstream in(bytes);
+  std::string line;
+  std::getline(in, line);
+  info.enabled = line == "1";
+  std::getline(in, info.host);
+  in >> info.pid >> info.start_time;
+  return info;
+}
+
+}  // namespace
+
+std::unique_ptr<ShmSegment> ShmSegment::create(ControlPlane& control,
+                                               const std::vector<int>& ranks, int id,
+                                               const ShmOptions& options,
+                                               std::string* why_not) {
+  const Deadline deadline = deadlineAfter(options.setup_seconds);
+  const int size = control.size(), rank = control.rank();
+  std::unique_ptr<ShmSegment> seg(new ShmSegment());
+  seg->rank_ = rank;
+  seg->size_ = size;
+  seg->id_ = id;
+  seg->ranks_ = ranks;
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  const int cores = sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+  seg->spins_ = size > cores ? 0 : 1000;
+  seg->buffer_bytes_ = (std::max<int64_t>(options.buffer_bytes, 64 << 10) + kPage - 1) /
+                       kPage * kPage;
+  seg->bytes_ = dataOffset(size) + 2 * static_cast<size_t>(size) * seg->buffer_bytes_;
+
+  // 1. Every member tells the root whether it may use shm, its host, pid and start time.
+  std::vector<std::string> gathered = control.gather(encodeInfo(options.enabled), deadline);
+  // 2. The root decides, creates and initialises the segment and sends its name, or "!why".
+  std::string name;
+  if (rank == 0) {
+    std::vector<MemberInfo> infos;
+    for (const auto& g : gathered) infos.push_back(decodeInfo(g));
+    std::string why;
+    if (size < 2) why = "a process set of one member";
+    for (int r = 0; r < size && why.empty(); ++r) {
+      if (!infos[r].enabled) why = "TUTTI_SHM=0 on world rank " + std::to_string(ranks[r]);
+      else if (infos[r].host != infos[0].host)
+        why = "world ranks " + std::to_string(ranks[0]) + " and " + std::to_string(ranks[r]) +
+              " run on different hosts";
+    }
+    if (why.empty()) {
+      name = uniqueName(id);
+      int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+      if (fd < 0) {
+        why = errnoText("shm_open", name);
+      } else {
+        if (ftruncate(fd, static_cast<off_t>(seg->bytes_)) != 0)
+          why = errnoText("ftruncate", name);
+        else if ((seg->base_ = mapFd(fd, seg->bytes_)) == nullptr)
+          why = errnoText("mmap", name);
+        close(fd);
+        if (!why.empty()) shm_unlink(name.c_str());
+      }
+    }
+    if (why.empty()) {
+      auto* h = new (seg->base_) ShmHeader();
+      h->magic = kMagic;
+      h->size = size;
+      h->id = id;
+      h->buffer_bytes = seg->buffer_bytes_;
+      h->poison.store(0, std::memory_order_relaxed);
+      auto* states = reinterpret_cast<ShmRankState*>(static_cast<uint8_t*>(seg->base_) +
+                                                     sizeof(ShmHeader));
+      for (int r = 0; r < size; ++r) {
+        auto* s = new (&states[r]) ShmRankState();
+        s->seq.store(0, std::memory_order_relaxed);
+        s->pid = infos[r].pid;
+        s->start_time = infos[r].start_time;
+        s->world_rank = ranks[r];
+      }
+    }
+    name = why.empty() ? name : "!" + why;
+  }
+  name = control.broadcast(name, deadline);
+  if (!name.empty() && name[0] == '!') {
+    if (why_not) *why_not = name.substr(1);
+    return nullptr;
+  }
+  // 3. The others map it and check that they see every member's process; each reports.
+  std::string problem;
+  if (rank != 0) {
+    int fd = shm_open(name.c_str(), O_RDWR, 0600);
+    if (fd < 0) {
+      problem = errnoText("shm_open", name);
+    } else {
+      if ((seg->base_ = mapFd(fd, seg->bytes_)) == nullptr) problem = errnoText("mmap", name);
+      close(fd);
+    }
+  }
+  if (seg->base_) {
+    seg->header_ = static_cast<ShmHeader*>(seg->base_);
+    seg->states_ = reinterpret_cast<ShmRankState*>(static_cast<uint8_t*>(seg->base_) +
+                                                   sizeof(ShmHeader));
+    seg->data_ = static_cast<uint8_t*>(seg->base_) + dataOffset(size);
+    if (seg->header_->magic != kMagic || seg->header_->size != size ||
+        seg->header_->buffer_bytes != seg->buffer_bytes_)
+      problem = "segment " + name + " does not match this process set";
+    for (int r = 0; r < size && problem.empty(); ++r)
+      if (!alive(procState(seg->states_[r].pid), seg->states_[r].start_time))
+        problem = "world rank " + std::to_string(ranks[r]) + "'s process (pid " +
+                  std::to_string(seg->states_[r].pid) + ") is not visible from world rank " +
+                  std::to_string(ranks[rank]) + " (another pid namespace?)";
+  }
+  if (!problem.empty()) problem = "world rank " + std::to_string(ranks[rank]) + ": " + problem;
+  gathered = control.gather(problem, deadline);
+  // 4. The root unlinks the name (every member has mapped it or given up) and says whether
+  //    all succeeded.
+  std::string verdict;
+  if (rank == 0) {
+    shm_unlink(name.c_str());
+    for (const auto& g : gathered)
+      if (!g.empty() && verdict.empty()) verdict = "!" + g;
+  }
+  verdict = control.broadcast(verdict, deadline);
+  if (!verdict.empty()) {
+    if (why_not) *why_not = verdict.substr(1);
+    return nullptr;  // the destructor unmaps
+  }
+  return seg;
+}
+
+ShmSegment::~ShmSegment() {
+  if (base_) munmap(base_, bytes_);
+}
+
+std::string ShmSegment::where(const char* op) const {
+  std::string members = ranks_.size() <= 16 ? "world ranks " + joinInts(ranks_)
+                                             : std::to_string(ranks_.size()) + " ranks";
+  return "rank " + std::to_string(ranks_[rank_]) + ": shm " + op + " on group " +
+         std::to_string(id_) + " (" + members + ")";
+}
+
+const uint8_t* ShmSegment::slot(int member) const {
+  return data_ + ((epoch_ % 2) * size_ + member) * buffer_bytes_;
+}
+uint8_t* ShmSegment::slot(int member) {
+  return data_ + ((epoch_ % 2) * size_ + member) * buffer_bytes_;
+}
+
+std::string ShmSegment::memberName(int member) const {
+  return "world rank " + std::to_string(states_[member].world_rank) + " (pid " +
+         std::to_string(states_[member].pid) + ")";
+}
+
+void ShmSegment::round(Deadline deadline, const std::string& what) {
+  ++seq_;
+  states_[rank_].seq.store(seq_, std::memory_order_release);
+  for (int m = 0; m < size_; ++m)
+    if (m != rank_) waitFor(m, seq_, deadline, what);
+}
+
+void ShmSegment::waitFor(int member, uint64_t target, Deadline deadline,
+                         const std::string& what) {
+  using namespace std::chrono;
+  const std::atomic<uint64_t>& seq = states_[member].seq;
+  // 1. Spin: the common case, a peer a few microseconds behind. Not when the set has more
+  //    members than this process may use cores: the peer then needs this core to arrive.
+  for (int i = 0; i < spins_; ++i) {
+    if (seq.load(std::memory_order_acquire) >= target) return;
+    if (header_->poison.load(std::memory_order_relaxed) != 0) break;
+    cpuRelax();
+  }
+  // 2. Yield for a millisecond, then sleep in naps, checking the poison, the deadline and
+  //    (every 5 ms) the peer's process. Bounded by the deadline.
+  const auto start = Clock::now();
+  auto next_check = start;
+  for (;;) {
+    if (seq.load(std::memory_order_acquire) >= target) return;
+    throwIfPoisoned(what);
+    const auto now = Clock::now();
+    if (now >= next_check) {
+      next_check = now + milliseconds(5);
+      ProcState p = procState(states_[member].pid);
+      if (!alive(p, states_[member].start_time))
+        fail(StatusCode::kBackend, what + ": " + memberName(member) +
+                                       " died (its process is gone) while this rank waited "
+                                       "for it");
+      if (now >= deadline)
+        fail(StatusCode::kTimeout,
+             what + ": timed out after " +
+                 secondsText(duration<double>(now - start).count()) + " s waiting for " +
+                 memberName(member) + ", which is " + stateText(p));
+    }
+    // Naps grow once a wait is long (an idle peer): 20 us, up to 1 ms after 10 ms.
+    const auto waited = now - start;
+    if (waited < milliseconds(1))
+      sched_yield();
+    else if (waited < milliseconds(10))
+      std::this_thread::sleep_for(microseconds(20));
+    else
+      std::this_thread::sleep_for(std::min<Clock::duration>(waited / 10, milliseconds(1)));
+  }
+}
+
+void ShmSegment::throwIfPoisoned(const std::string& what) const {
+  if (header_->poison.load(std::memory_order_acquire) != 2) return;
+  throwError(static_cast<StatusCode>(header_->poison_code),
+             what + ": the group was stopped: " + header_->reason);
+}
+
+void ShmSegment::poison(StatusCode code, const std::string& reason) {
+  int32_t expected = 0;
+  if (!header_->poison.compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) return;
+  header_->poison_code = static_cast<int32_t>(code);
+  size_t n = std::min(reason.size(), sizeof(header_->reason) - 1);
+  std::memcpy(header_->reason, reason.data(), n);
+  header_->reason[n] = '\0';
+  header_->poison.store(2, std::memory_order_release);
+}
+
+void ShmSegment::fail(StatusCode code, const std::string& message) {
+  poison(code, message);
+  throwError(code, message);
+}
+
+}  // namespace detail
+}  // namespace tutti

@@ -1,0 +1,105 @@
+// The shared-memory segment of one process set whose members all run on this host, and
+// the one synchronisation step every shm operation is built from. Internal to backends/shm.
+//
+// Layout (one POSIX shared-memory object per set, mapped by every member):
+//   ShmHeader | ShmRankState x size | data: 2 buffers x size slots x buffer_bytes
+// Slot (p, j) belongs to member j: only j writes it, every member may read it.
+//
+// Protocol (steps of every op):
+//   1. beginEpoch(): the op takes the next epoch e; this member may write its slot in
+//      buffer e % 2 (mine()).
+//   2. round(): publishes seq = ++seq_ (store-release) and waits until every member's seq
+//      has reached it (load-acquire). After it, everything each member wrote before its
+//      own round() is visible: the slots of buffer e % 2 can be read.
+//   3. More rounds may follow in the same epoch (allreduce: reduce, then round, then read
+//      the reduced slices).
+// Why two buffers suffice: a member writes buffer e % 2 again only in epoch e + 2, after
+// the first round of epoch e + 1, which every member publishes only after it finished
+// reading epoch e. So no member overwrites data another member may still read.
+//
+// Failures: every wait has the op's deadline; while waiting, a member checks every few
+// milliseconds that the members it waits for are alive (/proc/<pid>/stat, the pid and its
+// start time recorded at creation), and fails at once, naming the member, when one has
+// died. poison() marks the segment so that every member's next or current wait fails fast
+// with the same reason.
+//
+// Thread-safety: one thread (the background thread) runs the ops; poison() and poisoned()
+// may be called from any thread.
+#pragma once
+
+#include "backends/backend.h"
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace tutti {
+namespace detail {
+
+struct ShmHeader;
+struct ShmRankState;
+
+struct ShmOptions {
+  int64_t buffer_bytes = 1 << 20;  // per member per buffer (rounded up to pages)
+  double setup_seconds = 30;       // deadline of the collective setup
+  bool enabled = true;             // this member's TUTTI_SHM
+  bool alltoall = true;            // the backend runs alltoall (else leaves it to the next)
+};
+
+class ShmSegment {
+ public:
+  // Collective over the members of `control` (world ranks `ranks`, process set `id`).
+  // Returns a segment when every member runs on this host (same host identity), enables
+  // shm and could map the segment; otherwise nullptr on every member, and `why_not` says
+  // why. The segment's name is unlinked before this returns on any member.
+  static std::unique_ptr<ShmSegment> create(ControlPlane& control, const std::vector<int>& ranks,
+                                            int id, const ShmOptions& options,
+                                            std::string* why_not);
+  ~ShmSegment();
+  ShmSegment(const ShmSegment&) = delete;
+  ShmSegment& operator=(const ShmSegment&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  int64_t bufferBytes() const { return buffer_bytes_; }
+  // "rank 3: shm allreduce on group 2 (world ranks 0, 3)".
+  std::string where(const char* op) const;
+
+  void beginEpoch() { ++epoch_; }
+  uint8_t* mine() { return slot(rank_); }
+  const uint8_t* slot(int member) const;  // member's slot of the current epoch's buffer
+  uint8_t* slot(int member);
+
+  // Publishes this member's arrival and waits for every member's (see the protocol).
+  // Throws Error(kTimeout) at the deadline, Error(kBackend) when a member died, and the
+  // poison's code (kAborted after abort()) when the segment was poisoned; the first two
+  // poison the segment first.
+  void round(Deadline deadline, const std::string& what);
+
+  void throwIfPoisoned(const std::string& what) const;
+  // The first reason sticks; every member's waits fail with it.
+  void poison(StatusCode code, const std::string& reason);
+
+ private:
+  ShmSegment() = default;
+  void waitFor(int member, uint64_t target, Deadline deadline, const std::string& what);
+  [[noreturn]] void fail(StatusCode code, const std::string& message);
+  std::string memberName(int member) const;
+
+  void* base_ = nullptr;
+  size_t bytes_ = 0;
+  ShmHeader* header_ = nullptr;
+  ShmRankState* states_ = nullptr;
+  uint8_t* data_ = nullptr;
+  int rank_ = 0, size_ = 1, id_ = 0;
+  std::vector<int> ranks_;
+  int64_t buffer_bytes_ = 0;
+  int spins_ = 1000;  // 0 when oversubscribed (more members than usable cores)
+  uint64_t epoch_ = 0;
+  uint64_t seq_ = 0;
+};
+
+}  // namespace detail
+}  // namespace tutti

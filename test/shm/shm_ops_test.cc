@@ -1,0 +1,241 @@
+// The shm backend with threads as ranks: one process, so every member maps the same
+// segment through its own mapping, and ThreadSanitizer (scripts/sanitize.sh) sees the
+// protocol's memory ordering. Buffers of 64 KiB (the minimum) make every op run many
+// epochs, so chunking, buffer reuse and uneven pieces are all exercised at small sizes.
+#include "backends/loopback/loopback.h"
+#include "backends/shm/shm_backend.h"
+#include "test/backends/backend_test_util.h"
+#include "test/shm/shm_test_util.h"
+
+#include "test/catch.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <functional>
+#include <numeric>
+#include <thread>
+
+namespace tutti {
+namespace test {
+namespace {
+
+const std::vector<int> kSizes = {1, 2, 3, 4};
+// 0, 1, odd, around the small-message path, one chunk, many chunks (of 64 KiB).
+const std::vector<int64_t> kCounts = {0, 1, 17, 4097, 9001, 70001};
+
+detail::ShmOptions smallBuffers() {
+  detail::ShmOptions o;
+  o.buffer_bytes = 64 << 10;
+  o.setup_seconds = 30;
+  return o;
+}
+
+// Runs fn(rank, backend) on n threads; every member makes its shm backend over a loopback
+// control plane. Exceptions become failures.
+void runRanks(int n, Failures& failures, const std::function<void(int, Backend&)>& fn,
+              const std::function<detail::ShmOptions(int)>& options = nullptr) {
+  auto hub = makeLoopbackHub(n);
+  std::vector<int> world(n);
+  std::iota(world.begin(), world.end(), 0);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        auto transport = makeLoopbackTransport(hub, r);
+        auto control = transport->makeControlPlane(world, 7);
+        auto backend = makeShmBackend(*control, world, 7, options ? options(r) : smallBuffers());
+        if (n == 1) {
+          if (backend) failures.add("a set of one got an shm backend");
+          return;
+        }
+        if (!backend) return failures.add("rank " + std::to_string(r) + ": no shm backend");
+        fn(r, *backend);
+      } catch (const std::exception& e) {
+        failures.add("rank " + std::to_string(r) + " threw: " + e.what());
+      }
+    });
+  for (auto& t : threads) t.join();
+}
+
+std::string caseName(const char* op, int n, int64_t count, DataType dtype) {
+  return std::string(op) + " n=" + std::to_string(n) + " count=" + std::to_string(count) +
+         " " + dataTypeName(dtype);
+}
+
+TEST_CASE("shm allreduce: every dtype and reduce op, sizes 1-4, chunked, in and out of place") {
+  for (int n : kSizes) {
+    Failures failures;
+    runRanks(n, failures, [&](int rank, Backend& backend) {
+      int salt = 0;
+      for (int64_t count : kCounts)
+        for (DataType dtype : allDataTypes())
+          for (ReduceOp op : allReduceOps()) {
+            if (count > 9001 && op != ReduceOp::kSum && op != ReduceOp::kMax) continue;
+            ++salt;
+            auto in = makeInput(dtype, op, rank, n, count, salt);
+            bool in_place = salt % 2 == 0;
+            std::vector<uint8_t> out(in.size(), 0xEE);
+            void* dst = in_place ? in.data() : out.data();
+            backend.allreduce(in.data(), dst, count, dtype, op, deadlineAfter(30));
+            checkReduced(failures, caseName("allreduce", n, count, dtype), dtype, op, n, dst, 0,
+                         count, salt);
+          }
+    });
+    INFO("world size " << n);
+    REQUIRE(failures.summary() == "0 failure(s)");
+  }
+}
+
+TEST_CASE("shm reducescatter and allgatherv: uneven blocks, empty ones, chunked, in place") {
+  for (int n : kSizes) {
+    Failures failures;
+    runRanks(n, failures, [&](int rank, Backend& backend) {
+      int salt = 0;
+      for (int64_t base : kCounts)
+        for (DataType dtype : {DataType::kUInt8, DataType::kFloat16, DataType::kBFloat16,
+                               DataType::kInt32, DataType::kFloat64})
+          for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kProduct}) {
+            ++salt;
+            const int64_t esz = dataTypeBytes(dtype);
+            std::vector<int64_t> counts(n);
+            for (int r = 0; r < n; ++r) counts[r] = (base + r * (salt % 3)) % (base + 2);
+            int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});
+            int64_t offset = std::accumulate(counts.begin(), counts.begin() + rank, int64_t{0});
+            auto in = makeInput(dtype, op, rank, n, total, salt);
+            std::vector<uint8_t> out((counts[rank] + 1) * esz, 0xEE);
+            void* dst = salt % 2 == 0 ? in.data() : out.data();
+            backend.reducescatter(in.data(), dst, counts, dtype, op, deadlineAfter(30));
+            std::string what = caseName("reducescatter", n, base, dtype);
+            checkReduced(failures, what, dtype, op, n, dst, offset, counts[rank], salt);
+            // allgatherv of the reduced blocks, in place (own block already in out).
+            std::vector<uint8_t> all(total * esz + 1, 0xEE);
+            if (counts[rank] > 0) std::memcpy(all.data() + offset * esz, dst, counts[rank] * esz);
+            backend.allgatherv(all.data() + offset * esz, all.data(), counts, dtype,
+                               deadlineAfter(30));
+            checkReduced(failures, caseName("allgatherv", n, base, dtype), dtype, op, n,
+                         all.data(), 0, total, salt);
+          }
+    });
+    INFO("world size " << n);
+    REQUIRE(failures.summary() == "0 failure(s)");
+  }
+}
+
+TEST_CASE("shm broadcast from every root and alltoallv, chunked") {
+  for (int n : kSizes) {
+    Failures failures;
+    runRanks(n, failures, [&](int rank, Backend& backend) {
+      int salt = 0;
+      for (int64_t base : kCounts)
+        for (DataType dtype : {DataType::kBool, DataType::kInt16, DataType::kFloat32}) {
+          ++salt;
+          std::string what = caseName("", n, base, dtype);
+          checkBroadcastFromEveryRoot(backend, rank, n, base, dtype, salt, what, failures,
+                                      deadlineAfter(30));
+          checkAlltoallv(backend, rank, n, base, dtype, salt, what, failures, deadlineAfter(30));
+        }
+    });
+    INFO("world size " << n);
+    REQUIRE(failures.summary() == "0 failure(s)");
+  }
+}
+
+TEST_CASE("shm barrier waits for the last member; the segment's name is gone at once") {
+  for (int n : {2, 3, 4}) {
+    Failures failures;
+    std::atomic<int> before{0};
+    runRanks(n, failures, [&](int rank, Backend& backend) {
+      if (!shmNamesOf(getpid()).empty()) failures.add("segment still named in /dev/shm");
+      for (int round = 0; round < 20; ++round) {
+        if (rank == n - 1 && round % 5 == 0)
+          std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        ++before;
+        backend.barrier(deadlineAfter(30));
+        if (before.load() != n * (round + 1))
+          failures.add("barrier round " + std::to_string(round) + ": saw " +
+                       std::to_string(before.load()) + " arrivals");
+        backend.barrier(deadlineAfter(30));
+      }
+    });
+    INFO("world size " << n);
+    REQUIRE(failures.summary() == "0 failure(s)");
+  }
+}
+
+TEST_CASE("shm: a member that does not arrive fails the others at the deadline, naming it") {
+  Failures failures;
+  std::vector<std::string> errors(3);
+  runRanks(3, failures, [&](int rank, Backend& backend) {
+    float x = 1;
+    try {
+      if (rank == 2) {  // arrives only after the others gave up; then fails fast (poisoned)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+        auto start = Clock::now();
+        try {
+          backend.allreduce(&x, &x, 1, DataType::kFloat32, ReduceOp::kSum, deadlineAfter(30));
+        } catch (const Error&) {
+          if (Clock::now() - start > std::chrono::seconds(1)) failures.add("poison was slow");
+          throw;
+        }
+      }
+      backend.allreduce(&x, &x, 1, DataType::kFloat32, ReduceOp::kSum, deadlineAfter(0.5));
+      failures.add("rank " + std::to_string(rank) + ": allreduce returned");
+    } catch (const Error& e) {
+      errors[rank] = e.what();
+    }
+  });
+  REQUIRE(failures.summary() == "0 failure(s)");
+  // Rank 0 waits for rank 2 (rank 1 arrived); rank 1 waits for 2 or fails on the poison.
+  CHECK_THAT(errors[0], Catch::Contains("shm allreduce on group 7") &&
+                            Catch::Contains("timed out after") &&
+                            Catch::Contains("waiting for world rank 2 (pid"));
+  CHECK_THAT(errors[1], Catch::Contains("world rank 2"));
+  CHECK_THAT(errors[2], Catch::Contains("the group was stopped") &&
+                            Catch::Contains("waiting for world rank 2"));
+}
+
+TEST_CASE("shm abort poisons the segment: every member fails fast with the reason") {
+  Failures failures;
+  std::vector<std::string> errors(4);
+  runRanks(4, failures, [&](int rank, Backend& backend) {
+    std::vector<float> x(100000, 1.0f);
+    try {
+      if (rank == 3) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        backend.abort("test: stopping the job");
+      }
+      backend.allreduce(x.data(), x.data(), 100000, DataType::kFloat32, ReduceOp::kSum,
+                        deadlineAfter(60));
+      failures.add("rank " + std::to_string(rank) + ": allreduce returned");
+    } catch (const Error& e) {
+      errors[rank] = e.what();
+      if (e.code() != StatusCode::kAborted) failures.add("wrong code: " + errors[rank]);
+    }
+  });
+  REQUIRE(failures.summary() == "0 failure(s)");
+  for (const auto& e : errors) CHECK_THAT(e, Catch::Contains("test: stopping the job"));
+}
+
+TEST_CASE("shm declines alike on every member when one sets TUTTI_SHM=0") {
+  Failures failures;
+  auto hub = makeLoopbackHub(3);
+  std::vector<int> world = {0, 1, 2};
+  std::vector<std::thread> threads;
+  std::atomic<int> got{0};
+  for (int r = 0; r < 3; ++r)
+    threads.emplace_back([&, r] {
+      auto control = makeLoopbackTransport(hub, r)->makeControlPlane(world, 1);
+      detail::ShmOptions o = smallBuffers();
+      o.enabled = r != 1;
+      if (makeShmBackend(*control, world, 1, o)) ++got;
+    });
+  for (auto& t : threads) t.join();
+  CHECK(got.load() == 0);
+  CHECK(shmNamesOf(getpid()).empty());
+}
+
+}  // namespace
+}  // namespace test
+}  // namespace tutti
