@@ -90,9 +90,9 @@ const std::vector<ConfigVar>& configTable() {
          c.cpu_operations = parseChoice("TUTTI_CPU_OPERATIONS", v, {"mpi", "gloo", "loopback"});
        }},
       {"TUTTI_SHM", "bool", "1", "0, 1",
-       "Shared-memory backend for the CPU collectives of process sets whose members all run "
-       "on one host (measured at init, under any launcher); 0 leaves them to the transport's "
-       "backend (mpi or gloo).",
+       "Shared memory for the negotiation and the CPU collectives of process sets whose "
+       "members all run on one host (measured at init, under any launcher); 0 leaves both to "
+       "the transport (mpi or gloo).",
        [](const std::string& v, Config& c) { c.shm = parseBool("TUTTI_SHM", v); }},
       {"TUTTI_SHM_BUFFER_BYTES", "bytes", "1048576", "[65536, 2^30]",
        "Bytes of each shm buffer per member and process set (each set maps 2 x members x "

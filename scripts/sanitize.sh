@@ -2,7 +2,8 @@
 # The sanitizer stage (docs/testing.md), self-contained:
 #   1. build-asan/: AddressSanitizer + UndefinedBehaviorSanitizer; runs the unit tests, the
 #      multi-process integration tests (mpirun and tuttirun --gloo) and the C API fuzz test;
-#   2. build-tsan/: ThreadSanitizer; runs the unit tests (threads as ranks over loopback).
+#   2. build-tsan/: ThreadSanitizer; runs the unit tests (threads as ranks over loopback) and
+#      the shm backend's threads-as-ranks tests.
 # No torch extension, no NCCL, no bench: only the targets those tests need. Exits non-zero
 # when a test fails or any sanitizer report appears in any process's output.
 # Environment: SANITIZE_JOBS (build and ctest parallelism, default 2), SANITIZE_ONLY=asan|tsan.
@@ -64,10 +65,10 @@ fi
 if [[ -z "$only" || "$only" == tsan ]]; then
   echo "== sanitize: TSan build (build-tsan/)"
   configure build-tsan thread
-  nice -n 10 cmake --build build-tsan -j "$jobs" --target tutti tutti_unit_test >build-tsan/build.log 2>&1 ||
+  nice -n 10 cmake --build build-tsan -j "$jobs" --target tutti tutti_unit_test tutti_shm_test >build-tsan/build.log 2>&1 ||
     { tail -50 build-tsan/build.log; exit 1; }
   echo "== sanitize: TSan tests ($(( $(date +%s) - start )) s so far)"
-  run_tests build-tsan '^unit$' || status=1
+  run_tests build-tsan '^(unit|shm\.ops)$' || status=1
 fi
 
 echo "== sanitize: $([[ $status == 0 ]] && echo clean || echo FAILED) in $(( $(date +%s) - start )) s"

@@ -11,6 +11,8 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <map>
+#include <mutex>
 #include <new>
 #include <random>
 #include <sstream>
@@ -112,6 +114,42 @@ void* mapFd(int fd, size_t bytes) {
   return p == MAP_FAILED ? nullptr : p;
 }
 
+// This process's mappings by segment name. Members that are threads of one process (the
+// threads-as-ranks tests) share one mapping, so that ThreadSanitizer sees their accesses
+// to the same memory at the same addresses.
+struct Mapping {
+  void* base;
+  int users;
+};
+std::mutex& mappingsMutex() {
+  static std::mutex mu;
+  return mu;
+}
+std::map<std::string, Mapping>& mappings() {
+  static std::map<std::string, Mapping> all;
+  return all;
+}
+void* sharedMapping(const std::string& name) {
+  std::lock_guard<std::mutex> lock(mappingsMutex());
+  auto it = mappings().find(name);
+  if (it == mappings().end()) return nullptr;
+  ++it->second.users;
+  return it->second.base;
+}
+void addMapping(const std::string& name, void* base) {
+  std::lock_guard<std::mutex> lock(mappingsMutex());
+  mappings()[name] = Mapping{base, 1};
+}
+void releaseMapping(const std::string& name, void* base, size_t bytes) {
+  {
+    std::lock_guard<std::mutex> lock(mappingsMutex());
+    auto it = mappings().find(name);
+    if (it != mappings().end() && --it->second.users > 0) return;
+    if (it != mappings().end()) mappings().erase(it);
+  }
+  munmap(base, bytes);
+}
+
 std::string errnoText(const std::string& call, const std::string& name) {
   return call + "(" + name + ") failed: " + std::strerror(errno);
 }
@@ -188,6 +226,9 @@ std::unique_ptr<ShmSegment> ShmSegment::create(ControlPlane& control,
           why = errnoText("ftruncate", name);
         else if ((seg->base_ = mapFd(fd, seg->bytes_)) == nullptr)
           why = errnoText("mmap", name);
+        else
+          addMapping(name, seg->base_);
+        seg->name_ = name;
         close(fd);
         if (!why.empty()) shm_unlink(name.c_str());
       }
@@ -219,11 +260,16 @@ std::unique_ptr<ShmSegment> ShmSegment::create(ControlPlane& control,
   // 3. The others map it and check that they see every member's process; each reports.
   std::string problem;
   if (rank != 0) {
-    int fd = shm_open(name.c_str(), O_RDWR, 0600);
-    if (fd < 0) {
+    seg->name_ = name;
+    seg->base_ = sharedMapping(name);
+    int fd = seg->base_ ? -1 : shm_open(name.c_str(), O_RDWR, 0600);
+    if (!seg->base_ && fd < 0) {
       problem = errnoText("shm_open", name);
-    } else {
-      if ((seg->base_ = mapFd(fd, seg->bytes_)) == nullptr) problem = errnoText("mmap", name);
+    } else if (!seg->base_) {
+      if ((seg->base_ = mapFd(fd, seg->bytes_)) == nullptr)
+        problem = errnoText("mmap", name);
+      else
+        addMapping(name, seg->base_);
       close(fd);
     }
   }
@@ -260,7 +306,7 @@ std::unique_ptr<ShmSegment> ShmSegment::create(ControlPlane& control,
 }
 
 ShmSegment::~ShmSegment() {
-  if (base_) munmap(base_, bytes_);
+  if (base_) releaseMapping(name_, base_, bytes_);
 }
 
 std::string ShmSegment::where(const char* op) const {

@@ -88,6 +88,7 @@ class ShmSegment {
   [[noreturn]] void fail(StatusCode code, const std::string& message);
   std::string memberName(int member) const;
 
+  std::string name_;  // unlinked; the key of this process's shared mapping
   void* base_ = nullptr;
   size_t bytes_ = 0;
   ShmHeader* header_ = nullptr;

@@ -4,6 +4,7 @@
 // epochs, so chunking, buffer reuse and uneven pieces are all exercised at small sizes.
 #include "backends/loopback/loopback.h"
 #include "backends/shm/shm_backend.h"
+#include "backends/shm/shm_control_plane.h"
 #include "test/backends/backend_test_util.h"
 #include "test/shm/shm_test_util.h"
 
@@ -234,6 +235,50 @@ TEST_CASE("shm declines alike on every member when one sets TUTTI_SHM=0") {
   for (auto& t : threads) t.join();
   CHECK(got.load() == 0);
   CHECK(shmNamesOf(getpid()).empty());
+}
+
+TEST_CASE("shm control plane: gather, broadcast and AND larger than its buffer, unequal sizes") {
+  const int n = 3;
+  auto hub = makeLoopbackHub(n);
+  std::vector<int> world = {0, 1, 2};
+  Failures failures;
+  std::vector<std::thread> threads;
+  auto message = [](int r, int round) {
+    return std::string(static_cast<size_t>(r * 100000 + round * 7), static_cast<char>('a' + r));
+  };
+  for (int r = 0; r < n; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        Config config;
+        auto transport = withShmControlPlanes(makeLoopbackTransport(hub, r), config);
+        auto control = transport->makeControlPlane(world, 3);
+        for (int round = 0; round < 3; ++round) {
+          auto all = control->gather(message(r, round), deadlineAfter(30));
+          if (r == 0)
+            for (int j = 0; j < n; ++j)
+              if (all.size() != size_t(n) || all[j] != message(j, round))
+                failures.add("gather round " + std::to_string(round) + ": member " +
+                             std::to_string(j) + "'s bytes differ");
+          std::string b = control->broadcast(r == 0 ? message(2, round) : "x", deadlineAfter(30));
+          if (b != message(2, round)) failures.add("broadcast differs on " + std::to_string(r));
+          std::vector<uint64_t> bits(20000 + round, ~uint64_t{0});
+          for (size_t i = 0; i < bits.size(); ++i)
+            if (i % 3 == size_t(r)) bits[i] = ~(uint64_t{1} << (i % 64));
+          control->allreduceAnd(bits, deadlineAfter(30));
+          for (size_t i = 0; i < bits.size(); ++i)
+            if (bits[i] != ~(uint64_t{1} << (i % 64))) {
+              failures.add("AND wrong at word " + std::to_string(i));
+              break;
+            }
+          std::vector<uint64_t> none;
+          control->allreduceAnd(none, deadlineAfter(30));
+        }
+      } catch (const std::exception& e) {
+        failures.add("rank " + std::to_string(r) + " threw: " + e.what());
+      }
+    });
+  for (auto& t : threads) t.join();
+  REQUIRE(failures.summary() == "0 failure(s)");
 }
 
 }  // namespace
