@@ -155,13 +155,23 @@ def launch_argv(launcher, np, build, python, pytest_args):
             "--gloo"] + pytest
 
 
+def package_dir(build, python):
+    """The build's tutti.torch for this interpreter's torch: build/python-torch<major>."""
+    major = subprocess.run([python, "-c", "import torch; print(torch.__version__.split('.')[0])"],
+                           capture_output=True, text=True, check=True).stdout.strip()
+    path = os.path.join(os.path.abspath(build), "python-torch" + major)
+    if not os.path.isdir(path):
+        sys.exit("horovod_compat: %s has no tutti.torch for torch %s.x (%s is missing)" %
+                 (build, major, path))
+    return path
+
+
 def run_once(launcher, np, args, pytest_args):
     workdir = tempfile.mkdtemp(prefix="compat-horovod-")
     try:
         prepare(workdir, args.horovod_repo, args.ref)
         env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(
-            [workdir, os.path.join(os.path.abspath(args.build), "python")])
+        env["PYTHONPATH"] = os.pathsep.join([workdir, package_dir(args.build, args.python)])
         env["PYTHONDONTWRITEBYTECODE"] = "1"
         env["TUTTI_TIMEOUT_SECONDS"] = str(args.op_timeout)
         env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")

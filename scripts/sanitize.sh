@@ -48,7 +48,7 @@ if [[ -z "$only" || "$only" == asan ]]; then
   echo "== sanitize: ASan + UBSan build (build-asan/)"
   configure build-asan address
   integ=$(cd test/integration && sed -n 's/^set(_integ_binaries \(.*\))/\1/p' CMakeLists.txt)
-  targets="tutti tuttirun tutti_unit_test tutti_c_api_fuzz integ_failure"
+  targets="tutti tuttirun tutti_unit_test tutti_c_api_fuzz integ_failure tutti_slurm_unit"
   for b in $integ; do targets="$targets integ_$b"; done
   nice -n 10 cmake --build build-asan -j "$jobs" --target $targets >build-asan/build.log 2>&1 ||
     { tail -50 build-asan/build.log; exit 1; }
@@ -57,7 +57,7 @@ if [[ -z "$only" || "$only" == asan ]]; then
   # regular suite's; under ASan it would not fit the CI budget), the fuzz test at 1 and 3.
   # Open MPI's exit-time allocations are reported as leaks with stacks in unloaded plugins
   # that no suppression can name: leak checking is off for jobs under mpirun only.
-  run_tests build-asan '^(unit|fuzz_c_api_np1|fuzz_c_api_gloo_np3|integ_[a-z_]+_gloo_np2)$' || status=1
+  run_tests build-asan '^(unit|slurm_unit|fuzz_c_api_np1|fuzz_c_api_gloo_np3|integ_[a-z_]+_gloo_np2)$' || status=1
   ASAN_OPTIONS="$ASAN_OPTIONS:detect_leaks=0" run_tests build-asan '^(fuzz_c_api_mpi_np3|integ_[a-z_]+_mpi_np2)$' mpi ||
     status=1
 fi
