@@ -108,9 +108,7 @@ class ShmBackend : public Backend {
     std::string what = begin("allgatherv");
     checkCounts(counts, what);
     const int64_t esz = dataTypeBytes(dtype), size = seg_->size(), me = seg_->rank();
-    std::vector<int64_t>& offsets = offsets_;
-    offsets.assign(size + 1, 0);
-    for (int j = 0; j < size; ++j) offsets[j + 1] = offsets[j] + counts[j];
+    const std::vector<int64_t>& offsets = offsetsOf(counts);
     uint8_t* my_block = at(out, offsets[me], esz);
     if (in != my_block && overlap(in, counts[me] * esz, out, offsets[size] * esz))
       in = stage(in, counts[me] * esz);
@@ -179,9 +177,7 @@ class ShmBackend : public Backend {
     const int64_t region = regionBytes(std::max<int64_t>(1, size - 1)), per = region / esz;
     const int64_t epochs = size == 1 ? 0 : epochsFor(largest, per);
     auto regionOf = [&](int64_t from, int64_t to) { return (to - from - 1 + size) % size; };
-    std::vector<int64_t>& send_off = offsets_;
-    send_off.assign(size + 1, 0);
-    for (int j = 0; j < size; ++j) send_off[j + 1] = send_off[j] + send_counts[j];
+    const std::vector<int64_t>& send_off = offsetsOf(send_counts);
     for (int64_t e = 0; e < epochs; ++e) {
       seg_->beginEpoch();
       for (int j = 0; j < size; ++j) {
@@ -208,9 +204,7 @@ class ShmBackend : public Backend {
     std::string what = begin("reducescatter");
     checkCounts(counts, what);
     const int64_t esz = dataTypeBytes(dtype), size = seg_->size(), me = seg_->rank();
-    std::vector<int64_t>& offsets = offsets_;
-    offsets.assign(size + 1, 0);
-    for (int j = 0; j < size; ++j) offsets[j + 1] = offsets[j] + counts[j];
+    const std::vector<int64_t>& offsets = offsetsOf(counts);
     if (size == 1) return copy(out, in, counts[0] * esz);
     // out == in is safe (epoch e writes out below where later epochs read); other
     // overlaps are staged.
@@ -259,6 +253,12 @@ class ShmBackend : public Backend {
   }
   static int64_t maxOf(const std::vector<int64_t>& counts) {
     return counts.empty() ? 0 : *std::max_element(counts.begin(), counts.end());
+  }
+  // Where each member's block starts (and, last, the total), in offsets_.
+  const std::vector<int64_t>& offsetsOf(const std::vector<int64_t>& counts) {
+    offsets_.assign(counts.size() + 1, 0);
+    for (size_t j = 0; j < counts.size(); ++j) offsets_[j + 1] = offsets_[j] + counts[j];
+    return offsets_;
   }
   // A member's slot split into `regions` cache-line-aligned regions.
   int64_t regionBytes(int64_t regions) const {

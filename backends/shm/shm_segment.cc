@@ -222,8 +222,14 @@ std::unique_ptr<ShmSegment> ShmSegment::create(ControlPlane& control,
       if (fd < 0) {
         why = errnoText("shm_open", name);
       } else {
+        // Reserve the pages now: a /dev/shm too small (containers default to 64 MiB) must
+        // make the set decline shm here, not kill a process with SIGBUS mid-collective.
+        int reserved = 0;
         if (ftruncate(fd, static_cast<off_t>(seg->bytes_)) != 0)
           why = errnoText("ftruncate", name);
+        else if ((reserved = posix_fallocate(fd, 0, static_cast<off_t>(seg->bytes_))) != 0)
+          why = "posix_fallocate(" + name + ", " + std::to_string(seg->bytes_) +
+                " bytes) failed: " + std::strerror(reserved) + " (is /dev/shm large enough?)";
         else if ((seg->base_ = mapFd(fd, seg->bytes_)) == nullptr)
           why = errnoText("mmap", name);
         else
