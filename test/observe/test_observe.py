@@ -152,14 +152,14 @@ class KilledJobTimeline(unittest.TestCase):
             shutil.rmtree(tmp, ignore_errors=True)
 
     @unittest.skipUnless(TUTTIRUN, "no tuttirun")
-    def test_tuttirun_gloo(self):
+    def test_tuttirun_gloo(self):  # shm off: gloo's own calls
         self.check_job(lambda tl: [TUTTIRUN, "-np", str(NP), "--gloo", PYTHON, JOB, str(STEPS),
-                                   str(VICTIM), str(KILL_STEP)], {}, "GLOO")
+                                   str(VICTIM), str(KILL_STEP)], {"TUTTI_SHM": "0"}, "GLOO")
 
     @unittest.skipUnless(MPIRUN, "no MPI")
-    def test_mpirun(self):
+    def test_mpirun(self):  # one host: the shm backend serves the ops
         self.check_job(lambda tl: mpirun(NP, [PYTHON, JOB, str(STEPS), str(VICTIM),
-                                              str(KILL_STEP)]), MPI_ENV, "MPI")
+                                              str(KILL_STEP)]), MPI_ENV, "SHM")
 
 
 @unittest.skipUnless(TUTTIRUN, "no tuttirun")
@@ -174,28 +174,29 @@ class LogsAndCounters(unittest.TestCase):
                        "TUTTI_CYCLE_TIME_MS=2.5 (tuttirun)", "TUTTI_FUSION_THRESHOLD=134217728 (default)",
                        "TUTTI_STATS=1 (environment)", "TUTTI_SECRET=(set)",
                        "topology: 2 rank(s) from tuttirun",
-                       "process set 0 (ranks 0, 1): connected over gloo",
-                       "cpu: allreduce=gloo allgather=gloo broadcast=gloo",
+                       "process set 0 (ranks 0, 1): connected over gloo; backends in order: shm gloo",
+                       "TUTTI_SHM=1 (default)",
+                       "cpu: allreduce=shm allgather=shm broadcast=shm",
                        "job clock: every rank's offset to rank 0 measured"):
             self.assertIn(needle, err)
         self.assertNotIn("[tutti info rank 1]", err)  # once per job, on rank 0
         self.assertNotIn(os.environ.get("TUTTI_SECRET", "no secret here") + "\n", err)
-        # Counters: the C API's values after a known sequence, and TUTTI_STATS at shutdown.
+        # Counters (one host: the shm backend serves the ops): the C API's values after a known sequence, and TUTTI_STATS at shutdown.
         for rank in (0, 1):
             m = re.search(r"rank %d stats (.*)" % rank, out)
             self.assertTrue(m, out)
             s = dict((k, int(v)) for k, v in (kv.split("=") for kv in m.group(1).split()))
-            self.assertEqual(s["op.allreduce.gloo.tensors"], 3 * steps)
-            self.assertEqual(s["op.allreduce.gloo.bytes"], 4 * 4200 * steps)
-            self.assertEqual(s["op.allreduce.gloo.tensors"],
-                             s["fusion.tensors"] + s["op.allreduce.gloo.calls"] - s["fusion.batches"])
-            self.assertEqual(s["op.broadcast.gloo.calls"], steps)
-            self.assertEqual(s["op.broadcast.gloo.bytes"], 64 * steps)
+            self.assertEqual(s["op.allreduce.shm.tensors"], 3 * steps)
+            self.assertEqual(s["op.allreduce.shm.bytes"], 4 * 4200 * steps)
+            self.assertEqual(s["op.allreduce.shm.tensors"],
+                             s["fusion.tensors"] + s["op.allreduce.shm.calls"] - s["fusion.batches"])
+            self.assertEqual(s["op.broadcast.shm.calls"], steps)
+            self.assertEqual(s["op.broadcast.shm.bytes"], 64 * steps)
             self.assertEqual(s["cache.misses"], 4)
             self.assertEqual(s["cache.hits"], 4 * (steps - 1))
             self.assertEqual(s["errors"], 0)
             self.assertIn("[tutti rank %d] counters at shutdown (TUTTI_STATS=1)" % rank, err)
-        self.assertRegex(err, r"  op\.allreduce\.gloo\.calls \d+")
+        self.assertRegex(err, r"  op\.allreduce\.shm\.calls \d+")
 
     def test_debug_and_trace_in_any_case(self):
         code, out, err = run([TUTTIRUN, "-np", "2", "--gloo", PYTHON, JOB, "2"],
@@ -219,7 +220,7 @@ class Autotune(unittest.TestCase):
             code, out, err = run(
                 [TUTTIRUN, "-np", "2", "--gloo", "--autotune", "--autotune-log-file", csv,
                  "--fusion-threshold-mb", str(4096 / 1048576.0), "--cycle-time-ms", "20",
-                 PYTHON, os.path.join(HERE, "throughput.py"), "600", "64", "4096"],
+                 PYTHON, os.path.join(HERE, "throughput.py"), "4000", "64", "4096"],
                 {"TUTTI_LOG_LEVEL": "debug", "TUTTI_AUTOTUNE_WINDOW_SECONDS": "0.05",
                  "TUTTI_AUTOTUNE_WARMUP_WINDOWS": "1", "TUTTI_AUTOTUNE_SAMPLES": "1"})
             self.assertEqual(code, 0, err[-3000:])

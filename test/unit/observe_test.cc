@@ -202,8 +202,9 @@ TEST_CASE("a job's timeline shows every phase of each op on every rank, started 
     CHECK(countOf(lines, "allreduce.after") == 0);
     CHECK(countOf(lines, "\"name\":\"allreduce.one\"") == 1);
     CHECK(countOf(lines, "\"name\":\"QUEUED\",\"ph\":\"X\"") == 3);
+    // Threads as ranks share a host: the shm backend serves their CPU ops.
     for (const char* phase : {"NEGOTIATE_ALLREDUCE", "WAIT_FOR_BATCH", "ALLREDUCE",
-                              "LOOPBACK_ALLREDUCE", "CALLBACK"})
+                              "SHM_ALLREDUCE", "CALLBACK"})
       CHECK(countOf(lines, std::string("\"name\":\"") + phase + "\",\"ph\":\"B\"") == 3);
     // The fused pair is packed and unpacked; the lone tensor is reduced in place.
     CHECK(countOf(lines, "\"name\":\"PACK\",\"ph\":\"B\"") == 2);
@@ -238,11 +239,11 @@ TEST_CASE("counters after a known sequence of ops") {
   for (int rank : {0, 1}) {
     std::map<std::string, int64_t> s(seen[rank].begin(), seen[rank].end());
     INFO("rank " << rank);
-    CHECK(s["op.allreduce.loopback.calls"] == 4);
-    CHECK(s["op.allreduce.loopback.tensors"] == 5);
-    CHECK(s["op.allreduce.loopback.bytes"] == 3 * 16 + 40);
-    CHECK(s["op.broadcast.loopback.calls"] == 1);
-    CHECK(s["op.broadcast.loopback.bytes"] == 24);
+    CHECK(s["op.allreduce.shm.calls"] == 4);  // threads as ranks share a host: shm
+    CHECK(s["op.allreduce.shm.tensors"] == 5);
+    CHECK(s["op.allreduce.shm.bytes"] == 3 * 16 + 40);
+    CHECK(s["op.broadcast.shm.calls"] == 1);
+    CHECK(s["op.broadcast.shm.bytes"] == 24);
     CHECK(s["fusion.batches"] == 1);
     CHECK(s["fusion.tensors"] == 2);
     CHECK(s["fusion.bytes"] == 40);
