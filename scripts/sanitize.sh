@@ -48,7 +48,7 @@ if [[ -z "$only" || "$only" == asan ]]; then
   echo "== sanitize: ASan + UBSan build (build-asan/)"
   configure build-asan address
   integ=$(cd test/integration && sed -n 's/^set(_integ_binaries \(.*\))/\1/p' CMakeLists.txt)
-  targets="tutti tuttirun tutti_unit_test tutti_c_api_fuzz integ_failure tutti_slurm_unit"
+  targets="tutti tuttirun tutti_unit_test tutti_c_api_fuzz integ_failure integ_shm tutti_slurm_unit"
   for b in $integ; do targets="$targets integ_$b"; done
   nice -n 10 cmake --build build-asan -j "$jobs" --target $targets >build-asan/build.log 2>&1 ||
     { tail -50 build-asan/build.log; exit 1; }
