@@ -81,4 +81,18 @@ class Transport {
   virtual std::unique_ptr<Backend> makeBackend(const std::vector<int>& ranks, int id) = 0;
 };
 
+// Checks a CPU backend makes alike. `what` names the op for the message ("mpi alltoallv ...").
+// Throws Error(kInvalidArgument) unless there is one count per member and none is negative.
+void checkMemberCounts(const std::vector<int64_t>& counts, int members, const std::string& what);
+
+// alltoallv's counts: checked as above, and what member `me` sends itself must equal what it
+// expects from itself. Returns the elements sent and received in all.
+struct AlltoallvTotals {
+  int64_t send = 0;
+  int64_t recv = 0;
+};
+AlltoallvTotals checkAlltoallvCounts(const std::vector<int64_t>& send_counts,
+                                     const std::vector<int64_t>& recv_counts, int me,
+                                     int members, const std::string& what);
+
 }  // namespace tutti

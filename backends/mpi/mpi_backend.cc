@@ -167,18 +167,9 @@ class MpiBackend : public Backend, private MpiMember {
                  Deadline deadline) override {
     auto start = Clock::now();
     std::string what = begin("alltoallv");
-    checkCounts(send_counts, what);
-    checkCounts(recv_counts, what);
+    const auto totals = checkAlltoallvCounts(send_counts, recv_counts, rank_, size_, what);
+    const int64_t send_total = totals.send, recv_total = totals.recv;
     const int64_t esz = dataTypeBytes(dtype), limit = info_.shared->maxMessageElements();
-    if (recv_counts[rank_] != send_counts[rank_])
-      throwError(StatusCode::kInvalidArgument,
-                 what + ": sends " + std::to_string(send_counts[rank_]) +
-                     " elements to itself but expects " + std::to_string(recv_counts[rank_]));
-    int64_t send_total = 0, recv_total = 0;
-    for (int r = 0; r < size_; ++r) {
-      send_total += send_counts[r];
-      recv_total += recv_counts[r];
-    }
     const void* src = in;
     if (overlap(in, send_total * esz, out, recv_total * esz)) {  // MPI forbids aliasing
       growStaging(send_total * esz);
@@ -254,14 +245,7 @@ class MpiBackend : public Backend, private MpiMember {
 
  private:
   void checkCounts(const std::vector<int64_t>& counts, const std::string& what) const {
-    if (static_cast<int>(counts.size()) != size_)
-      throwError(StatusCode::kInvalidArgument,
-                 what + ": expected one count per member (" + std::to_string(size_) +
-                     "), got " + std::to_string(counts.size()));
-    for (int64_t c : counts)
-      if (c < 0)
-        throwError(StatusCode::kInvalidArgument,
-                   what + ": counts must be >= 0, got " + std::to_string(c));
+    checkMemberCounts(counts, size_, what);
   }
   void growStaging(int64_t bytes) {
     if (static_cast<int64_t>(staging_.size()) < bytes) staging_.resize(bytes);

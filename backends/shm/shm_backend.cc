@@ -149,18 +149,10 @@ class ShmBackend : public Backend {
                  const std::vector<int64_t>& recv_counts, DataType dtype,
                  Deadline deadline) override {
     std::string what = begin("alltoallv");
-    checkCounts(send_counts, what);
-    checkCounts(recv_counts, what);
     const int64_t esz = dataTypeBytes(dtype), size = seg_->size(), me = seg_->rank();
-    if (recv_counts[me] != send_counts[me])
-      throwError(StatusCode::kInvalidArgument,
-                 what + ": sends " + std::to_string(send_counts[me]) +
-                     " elements to itself but expects " + std::to_string(recv_counts[me]));
-    int64_t send_total = 0, recv_total = 0;
-    for (int j = 0; j < size; ++j) {
-      send_total += send_counts[j];
-      recv_total += recv_counts[j];
-    }
+    const auto totals = checkAlltoallvCounts(send_counts, recv_counts, static_cast<int>(me),
+                                             static_cast<int>(size), what);
+    const int64_t send_total = totals.send, recv_total = totals.recv;
     if (overlap(in, send_total * esz, out, recv_total * esz)) in = stage(in, send_total * esz);
     // 1. Every member learns the largest block of any pair, so that all run as many epochs.
     int64_t largest = 0;
@@ -245,11 +237,7 @@ class ShmBackend : public Backend {
                  what + ": count must be >= 0, got " + std::to_string(n));
   }
   void checkCounts(const std::vector<int64_t>& counts, const std::string& what) const {
-    if (static_cast<int>(counts.size()) != seg_->size())
-      throwError(StatusCode::kInvalidArgument,
-                 what + ": expected one count per member (" + std::to_string(seg_->size()) +
-                     "), got " + std::to_string(counts.size()));
-    for (int64_t c : counts) checkCount(c, what);
+    checkMemberCounts(counts, seg_->size(), what);
   }
   static int64_t maxOf(const std::vector<int64_t>& counts) {
     return counts.empty() ? 0 : *std::max_element(counts.begin(), counts.end());

@@ -1,0 +1,34 @@
+// Argument checks every CPU backend makes the same way (backend.h).
+#include "backends/backend.h"
+
+namespace tutti {
+
+void checkMemberCounts(const std::vector<int64_t>& counts, int members, const std::string& what) {
+  if (static_cast<int>(counts.size()) != members)
+    throwError(StatusCode::kInvalidArgument,
+               what + ": expected one count per member (" + std::to_string(members) +
+                   "), got " + std::to_string(counts.size()));
+  for (int64_t c : counts)
+    if (c < 0)
+      throwError(StatusCode::kInvalidArgument,
+                 what + ": counts must be >= 0, got " + std::to_string(c));
+}
+
+AlltoallvTotals checkAlltoallvCounts(const std::vector<int64_t>& send_counts,
+                                     const std::vector<int64_t>& recv_counts, int me,
+                                     int members, const std::string& what) {
+  checkMemberCounts(send_counts, members, what);
+  checkMemberCounts(recv_counts, members, what);
+  if (recv_counts[me] != send_counts[me])
+    throwError(StatusCode::kInvalidArgument,
+               what + ": sends " + std::to_string(send_counts[me]) +
+                   " elements to itself but expects " + std::to_string(recv_counts[me]));
+  AlltoallvTotals totals;
+  for (int j = 0; j < members; ++j) {
+    totals.send += send_counts[j];
+    totals.recv += recv_counts[j];
+  }
+  return totals;
+}
+
+}  // namespace tutti
