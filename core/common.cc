@@ -54,7 +54,7 @@ const char* dataTypeName(DataType dtype) {
   return "unknown-dtype";
 }
 
-int64_t dataTypeBytes(DataType dtype) {
+int64_t dataTypeSize(DataType dtype) {
   switch (dtype) {
     case DataType::kUInt8:
     case DataType::kInt8:
@@ -69,13 +69,6 @@ int64_t dataTypeBytes(DataType dtype) {
     case DataType::kFloat64: return 8;
   }
   return 0;
-}
-
-int64_t dataTypeSize(DataType dtype) { return dataTypeBytes(dtype); }
-
-bool isFloatingPoint(DataType dtype) {
-  return dtype == DataType::kFloat16 || dtype == DataType::kBFloat16 ||
-         dtype == DataType::kFloat32 || dtype == DataType::kFloat64;
 }
 
 bool isValidDataType(int dtype) { return dtype >= 0 && dtype < kNumDataTypes; }
@@ -124,7 +117,7 @@ bool checkedAdd(int64_t a, int64_t b, int64_t* out) {
 }
 
 bool tensorBytes(const std::vector<int64_t>& shape, DataType dtype, int64_t* bytes) {
-  int64_t nonzero = dataTypeBytes(dtype);
+  int64_t nonzero = dataTypeSize(dtype);
   bool empty = false;
   for (int64_t d : shape) {
     if (d < 0) return false;

@@ -47,8 +47,6 @@ class Error : public std::runtime_error {
 
 [[noreturn]] void throwError(StatusCode code, const std::string& message);
 
-int64_t dataTypeBytes(DataType dtype);
-bool isFloatingPoint(DataType dtype);  // float16, bfloat16, float32, float64
 bool isValidDataType(int dtype);
 bool isValidReduceOp(int op);
 

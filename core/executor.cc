@@ -152,7 +152,7 @@ void Executor::execute(const Response& r, ProcessSet& set) {
   Deadline deadline = deadlineAfter(config_.timeout_seconds);
   switch (r.op) {
     case OpType::kBroadcast:
-      callBackend(*backend, 1, r.counts[0] * dataTypeBytes(r.dtype), [&] {
+      callBackend(*backend, 1, r.counts[0] * dataTypeSize(r.dtype), [&] {
         backend->broadcast(e.output, r.counts[0], r.dtype, r.root, deadline);
       });
       break;
@@ -168,7 +168,7 @@ void Executor::execute(const Response& r, ProcessSet& set) {
 void Executor::allreduce(const Response& r, ProcessSet& set, Backend& b,
                          std::vector<std::optional<TensorEntry>>& entries) {
   const DataType dtype = r.dtype;
-  const int64_t esize = dataTypeBytes(dtype);
+  const int64_t esize = dataTypeSize(dtype);
   const ReduceOp op = r.reduce_op == ReduceOp::kAverage ? ReduceOp::kSum : r.reduce_op;
   // Average: the sum divided by the set size (a division, not a multiplication by 1/size,
   // so that it is correctly rounded), then times postscale.
@@ -240,8 +240,8 @@ void Executor::allgather(const Response& r, ProcessSet& set, Backend& b, TensorE
     counts[i] = r.first_dims[i] * row;
     out_shape[0] += r.first_dims[i];
   }
-  void* out = allocateOutput(e, out_shape, shapeElements(out_shape) * dataTypeBytes(r.dtype));
-  callBackend(b, 1, counts[set.rank] * dataTypeBytes(r.dtype), [&] {
+  void* out = allocateOutput(e, out_shape, shapeElements(out_shape) * dataTypeSize(r.dtype));
+  callBackend(b, 1, counts[set.rank] * dataTypeSize(r.dtype), [&] {
     b.allgatherv(e.input, out, counts, r.dtype, deadlineAfter(config_.timeout_seconds));
   });
 }
@@ -258,9 +258,9 @@ void Executor::alltoall(const Response& r, ProcessSet& set, Backend& b, TensorEn
     recv[j] = recv_splits[j] * row;
     out_shape[0] += recv_splits[j];
   }
-  void* out = allocateOutput(e, out_shape, shapeElements(out_shape) * dataTypeBytes(r.dtype));
+  void* out = allocateOutput(e, out_shape, shapeElements(out_shape) * dataTypeSize(r.dtype));
   e.handle->result.recv_splits = recv_splits;
-  callBackend(b, 1, shapeElements(e.request.shape) * dataTypeBytes(r.dtype), [&] {
+  callBackend(b, 1, shapeElements(e.request.shape) * dataTypeSize(r.dtype), [&] {
     b.alltoallv(e.input, send, out, recv, r.dtype, deadlineAfter(config_.timeout_seconds));
   });
 }
@@ -274,7 +274,7 @@ void Executor::reducescatter(const Response& r, ProcessSet& set, Backend& b, Ten
   for (int i = 0; i < n; ++i) counts[i] = (rows / n + (i < rows % n ? 1 : 0)) * row;
   std::vector<int64_t> out_shape = shape.empty() ? std::vector<int64_t>{1} : shape;
   out_shape[0] = rows / n + (set.rank < rows % n ? 1 : 0);
-  const int64_t esize = dataTypeBytes(r.dtype);
+  const int64_t esize = dataTypeSize(r.dtype);
   void* out = allocateOutput(e, out_shape, counts[set.rank] * esize);
   const void* in = e.input;
   if (r.prescale != 1.0) {

@@ -21,7 +21,7 @@ int64_t bytesOf(const Response& r) {
   int64_t n = 0;
   for (int64_t c : r.counts)
     if (c < 0 || !checkedAdd(n, c, &n)) return -1;
-  return checkedMul(n, dataTypeBytes(r.dtype), &n) ? n : -1;
+  return checkedMul(n, dataTypeSize(r.dtype), &n) ? n : -1;
 }
 
 }  // namespace

@@ -255,13 +255,13 @@ void reduceMany(void* out, const void* const* ins, int n, int64_t count, DataTyp
       return reduce16Many<halfBitsToFloat, floatToHalfBits>(o, in, n, count, op);
     return reduce16Many<bfloat16BitsToFloat, floatToBfloat16Bits>(o, in, n, count, op);
   }
-  if (out != ins[0]) std::memcpy(out, ins[0], static_cast<size_t>(count * dataTypeBytes(dtype)));
+  if (out != ins[0]) std::memcpy(out, ins[0], static_cast<size_t>(count * dataTypeSize(dtype)));
   for (int k = 1; k < n; ++k) reduceInto(out, ins[k], count, dtype, op);
 }
 
 void scaleInto(const void* in, void* out, int64_t n, DataType dtype, double factor) {
   if (factor == 1.0) {
-    if (in != out) std::memcpy(out, in, static_cast<size_t>(n * dataTypeBytes(dtype)));
+    if (in != out) std::memcpy(out, in, static_cast<size_t>(n * dataTypeSize(dtype)));
     return;
   }
   switch (dtype) {

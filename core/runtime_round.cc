@@ -192,7 +192,7 @@ bool Runtime::runRound(bool* had_work) {
     if (logEnabled(LogLevel::kDebug)) logRound(set, plan, ready.size());
     for (const auto& response : plan) {
       notes.batches += 1;
-      for (int64_t c : response.counts) notes.bytes += c * dataTypeBytes(response.dtype);
+      for (int64_t c : response.counts) notes.bytes += c * dataTypeSize(response.dtype);
       if (response.op == OpType::kAddProcessSet || response.op == OpType::kRemoveProcessSet) {
         applySetChange(response);
         if (tl) tl->endAll(set.id, response.op, response.names[0]);
@@ -300,7 +300,7 @@ void Runtime::logRound(const ProcessSet& set, const std::vector<Response>& plan,
                      " cached op(s) ready on every member; runs";
   for (const auto& r : plan) {
     int64_t bytes = 0;
-    for (int64_t c : r.counts) bytes += c * dataTypeBytes(r.dtype);
+    for (int64_t c : r.counts) bytes += c * dataTypeSize(r.dtype);
     text += std::string(" [") + (r.type == ResponseType::kError ? "error " : "") +
             opTypeName(r.op) + " " + quotedName(r.names[0]);
     if (r.names.size() > 1) text += " + " + std::to_string(r.names.size() - 1) + " fused";

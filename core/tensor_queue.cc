@@ -34,11 +34,6 @@ std::vector<Request> TensorQueue::popNew() {
   return out;
 }
 
-bool TensorQueue::hasNew() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return !new_.empty();
-}
-
 std::optional<TensorEntry> TensorQueue::take(const std::string& name) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = entries_.find(name);

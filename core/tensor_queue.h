@@ -32,7 +32,6 @@ class TensorQueue {
   Status add(std::vector<TensorEntry>& entries, std::vector<std::string>* names = nullptr);
   // Requests added since the last call, in submission order.
   std::vector<Request> popNew();
-  bool hasNew() const;
   std::optional<TensorEntry> take(const std::string& name);
   std::optional<Request> peek(const std::string& name) const;
   size_t inFlight() const;

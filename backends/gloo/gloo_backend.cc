@@ -47,7 +47,7 @@ class GlooBackend : public Backend {
     const std::string what = describe("allreduce", count, dtype) + " op " +
                              reduceOpName(op) + ringPeers(*group_);
     begin(what, deadline);
-    const size_t element = static_cast<size_t>(dataTypeBytes(dtype));
+    const size_t element = static_cast<size_t>(dataTypeSize(dtype));
     if (in != out && count > 0) std::memcpy(out, in, static_cast<size_t>(count) * element);
     ringAllreduce(*group_, out, count, element, reducer(dtype, op), scratch_, what, deadline);
   }
@@ -55,7 +55,7 @@ class GlooBackend : public Backend {
   void allgatherv(const void* in, void* out, const std::vector<int64_t>& counts,
                   DataType dtype, Deadline deadline) override {
     checkCounts("allgatherv", counts);
-    const size_t element = static_cast<size_t>(dataTypeBytes(dtype));
+    const size_t element = static_cast<size_t>(dataTypeSize(dtype));
     const int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});
     const std::string what = describe("allgatherv", total, dtype) + ringPeers(*group_);
     begin(what, deadline);
@@ -79,7 +79,7 @@ class GlooBackend : public Backend {
     const std::string what =
         describe("broadcast", count, dtype) + " from root " + std::to_string(root);
     begin(what, deadline);
-    treeBroadcast(*group_, buf, static_cast<size_t>(count * dataTypeBytes(dtype)), root, what,
+    treeBroadcast(*group_, buf, static_cast<size_t>(count * dataTypeSize(dtype)), root, what,
                   deadline);
   }
 
@@ -88,7 +88,7 @@ class GlooBackend : public Backend {
                  Deadline deadline) override {
     checkCounts("alltoallv send", send_counts);
     checkCounts("alltoallv receive", recv_counts);
-    const size_t element = static_cast<size_t>(dataTypeBytes(dtype));
+    const size_t element = static_cast<size_t>(dataTypeSize(dtype));
     std::vector<GlooGroup::Transfer> sends, recvs;
     size_t send_offset = 0, recv_offset = 0, self_send = 0, self_recv = 0;
     for (int peer = 0; peer < size(); ++peer) {
@@ -123,7 +123,7 @@ class GlooBackend : public Backend {
   void reducescatter(const void* in, void* out, const std::vector<int64_t>& counts,
                      DataType dtype, ReduceOp op, Deadline deadline) override {
     checkCounts("reducescatter", counts);
-    const size_t element = static_cast<size_t>(dataTypeBytes(dtype));
+    const size_t element = static_cast<size_t>(dataTypeSize(dtype));
     const int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});
     const int64_t before = std::accumulate(counts.begin(), counts.begin() + rank(), int64_t{0});
     const std::string what = describe("reducescatter", total, dtype) + " op " +

@@ -104,7 +104,7 @@ class LoopbackBackend : public Backend, private Member {
                  Deadline deadline) override {
     auto start = Clock::now();
     checkReduce("allreduce", count, op);
-    const int64_t esz = dataTypeBytes(dtype);
+    const int64_t esz = dataTypeSize(dtype);
     if (size() == 1) {  // a world of one: no scratch round trip
       group_->throwIfPoisoned();
       if (in != out && count > 0) std::memmove(out, in, count * esz);
@@ -140,7 +140,7 @@ class LoopbackBackend : public Backend, private Member {
                   Deadline deadline) override {
     auto start = Clock::now();
     checkCounts("allgatherv", counts);
-    const int64_t esz = dataTypeBytes(dtype);
+    const int64_t esz = dataTypeSize(dtype);
     LoopbackPost post;
     post.in = in;
     post.dtype = dtype;
@@ -181,7 +181,7 @@ class LoopbackBackend : public Backend, private Member {
       checkSame(ch, "broadcast", "dtypes", postDtype);
       checkSame(ch, "broadcast", "roots", [](const LoopbackPost& p) { return int64_t(p.root); });
       if (member_ != root && count > 0)
-        std::memcpy(buf, ch.post(root).out, count * dataTypeBytes(dtype));
+        std::memcpy(buf, ch.post(root).out, count * dataTypeSize(dtype));
     });
   }
 
@@ -191,7 +191,7 @@ class LoopbackBackend : public Backend, private Member {
     auto start = Clock::now();
     checkCounts("alltoallv", send_counts);
     checkCounts("alltoallv", recv_counts);
-    const int64_t esz = dataTypeBytes(dtype);
+    const int64_t esz = dataTypeSize(dtype);
     LoopbackPost post;
     post.in = in;
     post.out = out;
@@ -231,7 +231,7 @@ class LoopbackBackend : public Backend, private Member {
     auto start = Clock::now();
     checkCounts("reducescatter", counts);
     checkReduce("reducescatter", 0, op);
-    const int64_t esz = dataTypeBytes(dtype);
+    const int64_t esz = dataTypeSize(dtype);
     const int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});
     const int64_t offset =
         std::accumulate(counts.begin(), counts.begin() + member_, int64_t{0});

@@ -98,7 +98,7 @@ class MpiBackend : public Backend, private MpiMember {
     MPI_Datatype type = info_.shared->datatype(dtype);
     MPI_Op mpi_op = info_.shared->reduceOp(dtype, op);
     if (n < 0) count(n, what);
-    const int64_t esz = dataTypeBytes(dtype), chunk = info_.shared->maxMessageElements();
+    const int64_t esz = dataTypeSize(dtype), chunk = info_.shared->maxMessageElements();
     for (int64_t off = 0; off < n; off += chunk) {
       int pieces = static_cast<int>(std::min(chunk, n - off));
       const void* src = in == out ? MPI_IN_PLACE : at(in, off, esz);
@@ -123,7 +123,7 @@ class MpiBackend : public Backend, private MpiMember {
     auto start = Clock::now();
     std::string what = begin("allgatherv");
     checkCounts(counts, what);
-    const int64_t esz = dataTypeBytes(dtype), limit = info_.shared->maxMessageElements();
+    const int64_t esz = dataTypeSize(dtype), limit = info_.shared->maxMessageElements();
     int64_t total = 0, mine = 0;
     for (int r = 0; r < size_; ++r) {
       if (r == rank_) mine = total;
@@ -169,7 +169,7 @@ class MpiBackend : public Backend, private MpiMember {
     std::string what = begin("alltoallv");
     const auto totals = checkAlltoallvCounts(send_counts, recv_counts, rank_, size_, what);
     const int64_t send_total = totals.send, recv_total = totals.recv;
-    const int64_t esz = dataTypeBytes(dtype), limit = info_.shared->maxMessageElements();
+    const int64_t esz = dataTypeSize(dtype), limit = info_.shared->maxMessageElements();
     const void* src = in;
     if (overlap(in, send_total * esz, out, recv_total * esz)) {  // MPI forbids aliasing
       growStaging(send_total * esz);
@@ -210,7 +210,7 @@ class MpiBackend : public Backend, private MpiMember {
     checkCounts(counts, what);
     MPI_Datatype type = info_.shared->datatype(dtype);
     MPI_Op mpi_op = info_.shared->reduceOp(dtype, op);
-    const int64_t esz = dataTypeBytes(dtype), limit = info_.shared->maxMessageElements();
+    const int64_t esz = dataTypeSize(dtype), limit = info_.shared->maxMessageElements();
     const int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});
     if (total > limit) return reduceBlocks(in, out, counts, dtype, op, deadline, start, what);
     for (int r = 0; r < size_; ++r) recv_counts_[r] = static_cast<int>(counts[r]);
@@ -267,7 +267,7 @@ class MpiBackend : public Backend, private MpiMember {
   void broadcastChunks(void* buf, int64_t n, DataType dtype, int root, Deadline deadline,
                        Clock::time_point start, const std::string& what) {
     if (n < 0) count(n, what);
-    const int64_t esz = dataTypeBytes(dtype), chunk = info_.shared->maxMessageElements();
+    const int64_t esz = dataTypeSize(dtype), chunk = info_.shared->maxMessageElements();
     for (int64_t off = 0; off < n; off += chunk) {
       MPI_Request request = MPI_REQUEST_NULL;
       check(MPI_Ibcast(at(buf, off, esz), static_cast<int>(std::min(chunk, n - off)),
@@ -285,7 +285,7 @@ class MpiBackend : public Backend, private MpiMember {
                     DataType dtype, ReduceOp op, Deadline deadline, Clock::time_point start,
                     const std::string& what) {
     constexpr int64_t kStagingBytes = 16 << 20;
-    const int64_t esz = dataTypeBytes(dtype);
+    const int64_t esz = dataTypeSize(dtype);
     const int64_t chunk = std::min(info_.shared->maxMessageElements(), kStagingBytes / esz);
     MPI_Datatype type = info_.shared->datatype(dtype);
     MPI_Op mpi_op = info_.shared->reduceOp(dtype, op);

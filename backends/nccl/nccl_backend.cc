@@ -198,10 +198,10 @@ class NcclBackend final : public Backend {
   }
 
   static const void* at(const void* base, int64_t offset, DataType dtype) {
-    return static_cast<const char*>(base) + offset * dataTypeBytes(dtype);
+    return static_cast<const char*>(base) + offset * dataTypeSize(dtype);
   }
   static void* at(void* base, int64_t offset, DataType dtype) {
-    return static_cast<char*>(base) + offset * dataTypeBytes(dtype);
+    return static_cast<char*>(base) + offset * dataTypeSize(dtype);
   }
 
   static bool allEqual(const std::vector<int64_t>& counts) {

@@ -70,7 +70,7 @@ class ShmBackend : public Backend {
                  Deadline deadline) override {
     std::string what = begin("allreduce");
     checkCount(n, what);
-    const int64_t esz = dataTypeBytes(dtype), size = seg_->size(), me = seg_->rank();
+    const int64_t esz = dataTypeSize(dtype), size = seg_->size(), me = seg_->rank();
     if (size == 1 || n == 0) return copy(out, in, n * esz);
     if (n * esz <= std::min(kSmallBytes, seg_->bufferBytes())) {
       seg_->beginEpoch();
@@ -107,7 +107,7 @@ class ShmBackend : public Backend {
                   Deadline deadline) override {
     std::string what = begin("allgatherv");
     checkCounts(counts, what);
-    const int64_t esz = dataTypeBytes(dtype), size = seg_->size(), me = seg_->rank();
+    const int64_t esz = dataTypeSize(dtype), size = seg_->size(), me = seg_->rank();
     const std::vector<int64_t>& offsets = offsetsOf(counts);
     uint8_t* my_block = at(out, offsets[me], esz);
     if (in != my_block && overlap(in, counts[me] * esz, out, offsets[size] * esz))
@@ -134,7 +134,7 @@ class ShmBackend : public Backend {
       throwError(StatusCode::kInvalidArgument, what + ": root must be in [0, " +
                                                    std::to_string(seg_->size()) + "), got " +
                                                    std::to_string(root));
-    const int64_t esz = dataTypeBytes(dtype), per = seg_->bufferBytes() / esz;
+    const int64_t esz = dataTypeSize(dtype), per = seg_->bufferBytes() / esz;
     const int64_t epochs = seg_->size() == 1 ? 0 : epochsFor(n, per);
     for (int64_t e = 0; e < epochs; ++e) {
       Piece p = piece(n, e, per);
@@ -149,7 +149,7 @@ class ShmBackend : public Backend {
                  const std::vector<int64_t>& recv_counts, DataType dtype,
                  Deadline deadline) override {
     std::string what = begin("alltoallv");
-    const int64_t esz = dataTypeBytes(dtype), size = seg_->size(), me = seg_->rank();
+    const int64_t esz = dataTypeSize(dtype), size = seg_->size(), me = seg_->rank();
     const auto totals = checkAlltoallvCounts(send_counts, recv_counts, static_cast<int>(me),
                                              static_cast<int>(size), what);
     const int64_t send_total = totals.send, recv_total = totals.recv;
@@ -195,7 +195,7 @@ class ShmBackend : public Backend {
                      DataType dtype, ReduceOp op, Deadline deadline) override {
     std::string what = begin("reducescatter");
     checkCounts(counts, what);
-    const int64_t esz = dataTypeBytes(dtype), size = seg_->size(), me = seg_->rank();
+    const int64_t esz = dataTypeSize(dtype), size = seg_->size(), me = seg_->rank();
     const std::vector<int64_t>& offsets = offsetsOf(counts);
     if (size == 1) return copy(out, in, counts[0] * esz);
     // out == in is safe (epoch e writes out below where later epochs read); other

@@ -76,7 +76,7 @@ inline double reduceReference(DataType dtype, ReduceOp op, int n, int64_t i, int
 inline std::vector<uint8_t> makeInput(DataType dtype, ReduceOp op, int rank, int n,
                                       int64_t count, int salt) {
   std::vector<uint8_t> buf(static_cast<size_t>(std::max<int64_t>(count, 1) *
-                                               dataTypeBytes(dtype)));
+                                               dataTypeSize(dtype)));
   for (int64_t i = 0; i < count; ++i)
     storeValue(dtype, buf.data(), i, inputValue(dtype, op, rank, n, i, salt));
   return buf;
@@ -131,7 +131,7 @@ inline void checkReduced(Failures& failures, const std::string& what, DataType d
 inline void checkBroadcastFromEveryRoot(Backend& backend, int rank, int n, int64_t base,
                                         DataType dtype, int salt, const std::string& what,
                                         Failures& failures, Deadline deadline) {
-  const int64_t esz = dataTypeBytes(dtype);
+  const int64_t esz = dataTypeSize(dtype);
   for (int root = 0; root < n; ++root) {
     std::vector<uint8_t> buf(base * esz + 1, 0xEE);
     if (rank == root)
@@ -151,7 +151,7 @@ inline void checkBroadcastFromEveryRoot(Backend& backend, int rank, int n, int64
 inline void checkAlltoallv(Backend& backend, int rank, int n, int64_t base, DataType dtype,
                            int salt, const std::string& what, Failures& failures,
                            Deadline deadline) {
-  const int64_t esz = dataTypeBytes(dtype);
+  const int64_t esz = dataTypeSize(dtype);
   auto sendCount = [&](int i, int j) { return (base + i + 2 * j + salt) % (base + 2); };
   std::vector<int64_t> send(n), recv(n);
   for (int j = 0; j < n; ++j) send[j] = sendCount(rank, j), recv[j] = sendCount(j, rank);

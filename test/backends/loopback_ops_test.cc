@@ -81,7 +81,7 @@ TEST_CASE("loopback reducescatter: uneven blocks incl. empty ones") {
             int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});
             int64_t offset = std::accumulate(counts.begin(), counts.begin() + rank, int64_t{0});
             auto in = makeInput(dtype, op, rank, n, total, salt);
-            std::vector<uint8_t> out((counts[rank] + 1) * dataTypeBytes(dtype), 0xEE);
+            std::vector<uint8_t> out((counts[rank] + 1) * dataTypeSize(dtype), 0xEE);
             bool in_place = salt % 2 == 0;  // out = start of in
             void* dst = in_place ? in.data() : out.data();
             backend.reducescatter(in.data(), dst, counts, dtype, op, deadlineAfter(30));
@@ -102,7 +102,7 @@ TEST_CASE("loopback allgatherv, broadcast, alltoallv move every member's bytes")
       for (int64_t base : kCounts)
         for (DataType dtype : allDataTypes()) {
           ++salt;
-          const int64_t esz = dataTypeBytes(dtype);
+          const int64_t esz = dataTypeSize(dtype);
           std::string what = caseName("", n, base) + " " + dataTypeName(dtype);
           // allgatherv: member r contributes (base + r) % (base + 2) elements (some zero).
           std::vector<int64_t> counts(n);

@@ -79,7 +79,7 @@ void checkReducescatter(Backend& backend, Failures& failures, const std::vector<
   int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});
   int64_t offset = std::accumulate(counts.begin(), counts.begin() + rank, int64_t{0});
   auto in = makeInput(dtype, op, rank, n, total, salt);
-  std::vector<uint8_t> out((counts[rank] + 1) * dataTypeBytes(dtype), 0xEE);
+  std::vector<uint8_t> out((counts[rank] + 1) * dataTypeSize(dtype), 0xEE);
   void* dst = in_place ? in.data() : out.data();
   backend.reducescatter(in.data(), dst, counts, dtype, op, deadlineAfter(kDeadline));
   checkReduced(failures, "reducescatter total " + std::to_string(total), dtype, op, n, dst,
@@ -107,7 +107,7 @@ TEST_CASE("mpi reducescatter: every dtype × reduce op, uneven blocks, in place 
 void checkMovement(Backend& backend, Failures& failures, int64_t base, DataType dtype,
                    int salt) {
   const int n = backend.size(), rank = backend.rank();
-  const int64_t esz = dataTypeBytes(dtype);
+  const int64_t esz = dataTypeSize(dtype);
   const std::string what = " base " + std::to_string(base) + " " + dataTypeName(dtype);
   const Deadline deadline = deadlineAfter(kDeadline);
   std::vector<int64_t> counts(n);

@@ -24,7 +24,7 @@ void testAllreduce(Backend& be, Checker& c, Deadline deadline) {
   const int n = be.size(), me = be.rank();
   std::vector<int64_t> counts = {0, 1, 7, 1023, 1025, 4096 * 3 + 1};
   for (DataType dtype : allDataTypes()) {
-    const int64_t es = dataTypeBytes(dtype);
+    const int64_t es = dataTypeSize(dtype);
     for (ReduceOp op : kOps) {
       for (int64_t count : counts) {
         for (bool in_place : {true, false}) {
@@ -61,7 +61,7 @@ void testAllreduce(Backend& be, Checker& c, Deadline deadline) {
 void testAllgatherv(Backend& be, Checker& c, Deadline deadline) {
   const int n = be.size(), me = be.rank();
   for (DataType dtype : allDataTypes()) {
-    const int64_t es = dataTypeBytes(dtype);
+    const int64_t es = dataTypeSize(dtype);
     for (int pattern = 0; pattern < 4; ++pattern) {
       std::vector<int64_t> counts(n);
       for (int r = 0; r < n; ++r)
@@ -99,7 +99,7 @@ void testBroadcast(Backend& be, Checker& c, Deadline deadline) {
   for (DataType dtype : allDataTypes()) {
     for (int root = 0; root < n; ++root) {
       for (int64_t count : {int64_t{0}, int64_t{1}, int64_t{333}}) {
-        std::vector<char> buf(count * dataTypeBytes(dtype));
+        std::vector<char> buf(count * dataTypeSize(dtype));
         for (int64_t i = 0; i < count; ++i)
           storeValue(buf.data(), i, dtype, inputValue(me, i, dtype, ReduceOp::kSum, 2));
         be.broadcast(buf.data(), count, dtype, root, deadline);
@@ -123,7 +123,7 @@ void testAlltoallv(Backend& be, Checker& c, Deadline deadline) {
       };
       std::vector<int64_t> send(n), recv(n);
       for (int j = 0; j < n; ++j) send[j] = sendCount(me, j), recv[j] = sendCount(j, me);
-      const int64_t es = dataTypeBytes(dtype);
+      const int64_t es = dataTypeSize(dtype);
       const int64_t ns = std::accumulate(send.begin(), send.end(), int64_t{0});
       const int64_t nr = std::accumulate(recv.begin(), recv.end(), int64_t{0});
       std::vector<char> in(ns * es + 1), out(nr * es + 1);
@@ -155,7 +155,7 @@ void testReducescatter(Backend& be, Checker& c, Deadline deadline) {
           counts[r] = pattern == 0 ? 0 : pattern == 1 ? (r + 1) % 3 : 511 + 2 * r;
         const int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});
         const int64_t before = std::accumulate(counts.begin(), counts.begin() + me, int64_t{0});
-        const int64_t es = dataTypeBytes(dtype);
+        const int64_t es = dataTypeSize(dtype);
         std::vector<char> in(total * es + 1), out(counts[me] * es + 1);
         for (int64_t i = 0; i < total; ++i)
           storeValue(in.data(), i, dtype, inputValue(me, i, dtype, op, 3));

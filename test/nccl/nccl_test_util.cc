@@ -84,7 +84,7 @@ double moveValue(int64_t seed, int64_t i, DataType dtype) {
 
 template <typename Fn>
 std::vector<uint8_t> makeHost(int64_t count, DataType dtype, Fn value) {
-  int64_t bytes = dataTypeBytes(dtype);
+  int64_t bytes = dataTypeSize(dtype);
   std::vector<uint8_t> host(static_cast<size_t>(count * bytes));
   for (int64_t i = 0; i < count; ++i) encode(value(i), dtype, host.data() + i * bytes);
   return host;
@@ -177,7 +177,7 @@ Failures checkAllreduce(Backend& backend, Deadline deadline) {
         std::ostringstream what;
         what << "rank " << backend.rank() << " allreduce " << dataTypeName(dtype) << " "
              << reduceOpName(op) << " count " << count;
-        size_t bytes = static_cast<size_t>(count * dataTypeBytes(dtype));
+        size_t bytes = static_cast<size_t>(count * dataTypeSize(dtype));
         std::vector<uint8_t> expected = reduceReference(backend.size(), count, dtype, op);
         DeviceBuffer in(bytes), out(bytes);
         in.upload(reduceInputs(backend.rank(), count, dtype, op));
@@ -206,7 +206,7 @@ Failures checkAllgather(Backend& backend, Deadline deadline) {
               makeHost(counts[r], dtype, [&](int64_t i) { return moveValue(r, i, dtype); });
           expected.insert(expected.end(), block.begin(), block.end());
         }
-        DeviceBuffer in(counts[rank] * dataTypeBytes(dtype)), out(expected.size());
+        DeviceBuffer in(counts[rank] * dataTypeSize(dtype)), out(expected.size());
         in.upload(
             makeHost(counts[rank], dtype, [&](int64_t i) { return moveValue(rank, i, dtype); }));
         backend.allgatherv(in.get(), out.get(), counts, dtype, deadline);
@@ -283,7 +283,7 @@ Failures checkReducescatter(Backend& backend, Deadline deadline) {
           std::ostringstream what;
           what << "rank " << rank << " reducescatter " << dataTypeName(dtype) << " "
                << reduceOpName(op) << " n " << n << (equal ? " equal" : " unequal");
-          int64_t bytes = dataTypeBytes(dtype);
+          int64_t bytes = dataTypeSize(dtype);
           std::vector<uint8_t> full = reduceReference(size, total, dtype, op);
           std::vector<uint8_t> expected(full.begin() + offset * bytes,
                                         full.begin() + (offset + counts[rank]) * bytes);

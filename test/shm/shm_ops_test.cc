@@ -99,7 +99,7 @@ TEST_CASE("shm reducescatter and allgatherv: uneven blocks, empty ones, chunked,
                                DataType::kInt32, DataType::kFloat64})
           for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kProduct}) {
             ++salt;
-            const int64_t esz = dataTypeBytes(dtype);
+            const int64_t esz = dataTypeSize(dtype);
             std::vector<int64_t> counts(n);
             for (int r = 0; r < n; ++r) counts[r] = (base + r * (salt % 3)) % (base + 2);
             int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});
