@@ -149,4 +149,17 @@ std::string joinInts(const std::vector<int>& values) {
   return out.str();
 }
 
+std::string checkGroupRanks(const std::vector<int>& ranks, int world_size, int member) {
+  if (ranks.empty()) return "expected at least one rank, got none";
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (ranks[i] < 0 || ranks[i] >= world_size || (i > 0 && ranks[i] <= ranks[i - 1]))
+      return "expected sorted, distinct ranks in [0, " + std::to_string(world_size) +
+             "), got [" + joinInts(ranks) + "]";
+  }
+  if (member >= 0 && !std::binary_search(ranks.begin(), ranks.end(), member))
+    return "this rank (" + std::to_string(member) + ") is not a member of [" + joinInts(ranks) +
+           "]";
+  return std::string();
+}
+
 }  // namespace tutti

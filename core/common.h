@@ -69,5 +69,10 @@ bool tensorBytes(const std::vector<int64_t>& shape, DataType dtype, int64_t* byt
 std::string quotedName(const std::string& name);
 std::string secondsText(double seconds);                      // "0.5", "120"
 std::string joinInts(const std::vector<int>& values);           // "0, 2, 3"
+// What is wrong with the world ranks of a group (a process set): empty when `ranks` is not
+// empty, sorted, distinct, within [0, world_size) and (member >= 0) includes `member`; else
+// "expected sorted, distinct ranks in [0, 4), got [2, 1]" or "this rank (3) is not a member
+// of [0, 1]".
+std::string checkGroupRanks(const std::vector<int>& ranks, int world_size, int member = -1);
 
 }  // namespace tutti

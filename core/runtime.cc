@@ -241,13 +241,8 @@ void Runtime::failJob(const Status& status) {
 }
 
 Status Runtime::addProcessSet(std::vector<int> ranks, int* id) {
-  for (size_t i = 0; i < ranks.size(); ++i) {
-    if (ranks[i] < 0 || ranks[i] >= config_.topology.size || (i && ranks[i] <= ranks[i - 1]))
-      return Status(StatusCode::kInvalidArgument,
-                    "add_process_set: expected sorted, distinct ranks in [0, " +
-                        std::to_string(config_.topology.size) + "), got [" + joinInts(ranks) + "]");
-  }
-  if (ranks.empty()) return Status(StatusCode::kInvalidArgument, "add_process_set: no ranks given");
+  const std::string wrong = checkGroupRanks(ranks, config_.topology.size);
+  if (!wrong.empty()) return Status(StatusCode::kInvalidArgument, "add_process_set: " + wrong);
   TensorEntry e;
   e.request.op = OpType::kAddProcessSet;
   e.request.splits.assign(ranks.begin(), ranks.end());

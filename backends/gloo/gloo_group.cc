@@ -31,7 +31,8 @@ bool isTimeout(const std::string& message) {
 void GlooPoison::attach(GlooGroup* group) {
   std::lock_guard<std::mutex> lock(mutex_);
   groups_.push_back(group);
-  if (code_ != StatusCode::kOk) group->interrupt(code_, message_);
+  const Status first = first_.status();
+  if (!first.ok()) group->interrupt(first.code(), first.message());
 }
 
 void GlooPoison::detach(GlooGroup* group) {
@@ -41,9 +42,7 @@ void GlooPoison::detach(GlooGroup* group) {
 
 void GlooPoison::spread(GlooGroup* origin, StatusCode code, const std::string& message) {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (code_ != StatusCode::kOk) return;
-  code_ = code;
-  message_ = message;
+  if (!first_.set(code, message)) return;
   for (GlooGroup* group : groups_)
     if (group != origin) group->interrupt(code, message);
 }
@@ -77,9 +76,7 @@ void GlooGroup::fail(StatusCode code, const std::string& message) {
 bool GlooGroup::poisonLocal(StatusCode code, const std::string& message) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (poison_code_ != StatusCode::kOk) return false;
-    poison_code_ = code;
-    poison_message_ = message;
+    if (!poison_.set(code, message)) return false;
     for (auto* buf : live_) {
       buf->abortWaitRecv();
       buf->abortWaitSend();
@@ -96,12 +93,8 @@ bool GlooGroup::poisonLocal(StatusCode code, const std::string& message) {
 
 void GlooGroup::run(const std::string& what, Deadline deadline,
                     const std::function<void(std::chrono::milliseconds)>& fn) {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (poison_code_ != StatusCode::kOk)
-      throwError(poison_code_, label(what) + " refused: an earlier failure poisoned this "
-                                             "group: " + poison_message_);
-  }
+  if (poison_.isSet())
+    poison_.throwIfSet(label(what) + " refused: an earlier failure poisoned this group: ");
   if (secondsLeft(deadline) <= 0)
     fail(StatusCode::kTimeout, label(what) + ": deadline passed before the operation began");
   const auto started = Clock::now();
@@ -138,7 +131,7 @@ void GlooGroup::exchange(const std::string& what, const void* send_buf, size_t s
     // 1. Make the buffers visible to abort() (unless it already ran).
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      if (poison_code_ != StatusCode::kOk) throwError(poison_code_, poison_message_);
+      poison_.throwIfSet();
       if (out) live_.push_back(out.get());
       if (in) live_.push_back(in.get());
     }
@@ -185,9 +178,9 @@ void GlooGroup::exchange(const std::string& what, const void* send_buf, size_t s
                    (is_recv ? "receiving from" : "sending to") + " world rank(s) " +
                    waiting(pending) + ": " + e.what());
         }
-        if (!done) {  // abort() woke us
-          std::lock_guard<std::mutex> lock(mutex_);
-          throwError(poison_code_, label(what) + " interrupted: " + poison_message_);
+        if (!done) {  // abort() woke us, after it set the poison
+          poison_.throwIfSet(label(what) + " interrupted: ");
+          throwError(StatusCode::kAborted, label(what) + " interrupted");
         }
         auto it = pending.find(peer);
         if (it == pending.end()) it = pending.begin();

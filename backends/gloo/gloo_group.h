@@ -8,6 +8,7 @@
 #pragma once
 
 #include "core/common.h"
+#include "core/first_error.h"
 
 #include <gloo/context.h>
 #include <gloo/transport/unbound_buffer.h>
@@ -36,10 +37,9 @@ class GlooPoison {
   void spread(GlooGroup* origin, StatusCode code, const std::string& message);
 
  private:
-  std::mutex mutex_;
+  std::mutex mutex_;  // guards groups_; held while spreading
   std::vector<GlooGroup*> groups_;
-  StatusCode code_ = StatusCode::kOk;
-  std::string message_;
+  FirstError first_;
 };
 
 class GlooGroup {
@@ -95,10 +95,9 @@ class GlooGroup {
   const int id_;
   const std::string kind_;
   const std::shared_ptr<GlooPoison> transport_poison_;
-  std::mutex mutex_;  // guards the poison and live_
+  std::mutex mutex_;  // guards live_; the poison is set under it too
   std::vector<gloo::transport::UnboundBuffer*> live_;  // buffers of the running exchange()
-  StatusCode poison_code_ = StatusCode::kOk;
-  std::string poison_message_;
+  FirstError poison_;
 };
 
 }  // namespace detail

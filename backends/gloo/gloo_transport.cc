@@ -145,15 +145,12 @@ class GlooTransport : public Transport {
  private:
   std::unique_ptr<detail::GlooGroup> connect(const std::vector<int>& ranks, int id,
                                              const std::string& plane) {
+    const std::string wrong = checkGroupRanks(ranks, size_, rank_);
+    if (!wrong.empty())
+      throwError(StatusCode::kInvalidArgument, "rank " + std::to_string(rank_) +
+                                                   ": gloo group " + std::to_string(id) + ": " +
+                                                   wrong);
     auto me = std::find(ranks.begin(), ranks.end(), rank_);
-    bool valid = me != ranks.end() && std::is_sorted(ranks.begin(), ranks.end()) &&
-                 std::adjacent_find(ranks.begin(), ranks.end()) == ranks.end() &&
-                 ranks.front() >= 0 && ranks.back() < size_;
-    if (!valid)
-      throwError(StatusCode::kInvalidArgument,
-                 "gloo: process set " + std::to_string(id) + " ranks [" + joinInts(ranks) +
-                     "] must be sorted, distinct world ranks < " + std::to_string(size_) +
-                     " that include this rank (" + std::to_string(rank_) + ")");
     const int group_rank = static_cast<int>(me - ranks.begin());
     const int group_size = static_cast<int>(ranks.size());
     const int epoch = epochs_[{id, plane}]++;

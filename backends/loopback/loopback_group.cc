@@ -73,20 +73,6 @@ void LoopbackChannel::depart(int member) {
 LoopbackGroup::LoopbackGroup(std::vector<int> ranks, int id)
     : ranks_(std::move(ranks)), id_(id), data_(*this, ""), control_(*this, "control-plane ") {}
 
-void LoopbackGroup::throwIfPoisoned() const {
-  if (!poisoned()) return;
-  std::lock_guard<std::mutex> lock(mu_);
-  throw Error(code_, message_);
-}
-
-void LoopbackGroup::setPoison(StatusCode code, const std::string& message) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (poisoned_.load(std::memory_order_relaxed)) return;
-  code_ = code;
-  message_ = message;
-  poisoned_.store(true, std::memory_order_release);
-}
-
 void LoopbackGroup::wakeAll() {
   data_.wakeAll();
   control_.wakeAll();
@@ -108,17 +94,8 @@ LoopbackHub::LoopbackHub(int world_size) : world_size_(world_size) {
 std::shared_ptr<detail::LoopbackGroup> LoopbackHub::group(const std::vector<int>& ranks, int id,
                                                           int rank) {
   std::string who = "rank " + std::to_string(rank) + ": loopback group " + std::to_string(id);
-  if (ranks.empty())
-    throwError(StatusCode::kInvalidArgument, who + ": expected at least one rank, got none");
-  for (size_t i = 0; i < ranks.size(); ++i) {
-    if (ranks[i] < 0 || ranks[i] >= world_size_ || (i > 0 && ranks[i] <= ranks[i - 1]))
-      throwError(StatusCode::kInvalidArgument,
-                 who + ": expected sorted distinct ranks in [0, " + std::to_string(world_size_) +
-                     "), got [" + joinInts(ranks) + "]");
-  }
-  if (!std::binary_search(ranks.begin(), ranks.end(), rank))
-    throwError(StatusCode::kInvalidArgument,
-               who + ": this rank is not a member of [" + joinInts(ranks) + "]");
+  const std::string wrong = checkGroupRanks(ranks, world_size_, rank);
+  if (!wrong.empty()) throwError(StatusCode::kInvalidArgument, who + ": " + wrong);
   std::lock_guard<std::mutex> lock(mu_);
   for (auto it = groups_.begin(); it != groups_.end();) {
     if (it->second.expired())

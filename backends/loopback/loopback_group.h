@@ -4,6 +4,7 @@
 
 #include "backends/loopback/loopback.h"
 #include "core/common.h"
+#include "core/first_error.h"
 
 #include <atomic>
 #include <condition_variable>
@@ -88,20 +89,19 @@ class LoopbackGroup {
   LoopbackChannel& data() { return data_; }
   LoopbackChannel& control() { return control_; }
 
-  bool poisoned() const { return poisoned_.load(std::memory_order_acquire); }
-  void throwIfPoisoned() const;
+  bool poisoned() const { return poison_.isSet(); }
+  void throwIfPoisoned() const { poison_.throwIfSet(); }
   // The first poison sticks; wakes every waiter of both channels.
   void poison(StatusCode code, const std::string& message);
-  void setPoison(StatusCode code, const std::string& message);  // without waking anyone
+  void setPoison(StatusCode code, const std::string& message) {  // without waking anyone
+    poison_.set(code, message);
+  }
   void wakeAll();
 
  private:
   const std::vector<int> ranks_;
   const int id_;
-  mutable std::mutex mu_;
-  std::atomic<bool> poisoned_{false};
-  StatusCode code_ = StatusCode::kOk;
-  std::string message_;
+  FirstError poison_;
   LoopbackChannel data_;
   LoopbackChannel control_;
 };

@@ -204,21 +204,6 @@ void MpiShared::abandon(MPI_Request request) {
   abandoned_.push_back(request);
 }
 
-void MpiPoison::throwIfPoisoned() const {
-  if (!poisoned()) return;
-  std::lock_guard<std::mutex> lock(mu_);
-  throw Error(code_, message_);
-}
-
-void MpiPoison::poison(StatusCode code, const std::string& message) {
-  markJobFailed(message);
-  std::lock_guard<std::mutex> lock(mu_);
-  if (poisoned_.load(std::memory_order_relaxed)) return;
-  code_ = code;
-  message_ = message;
-  poisoned_.store(true, std::memory_order_release);
-}
-
 void checkMpi(int rc, const char* call, const std::string& where) {
   if (rc == MPI_SUCCESS) return;
   char text[MPI_MAX_ERROR_STRING];

@@ -5,6 +5,7 @@
 
 #include "backends/backend.h"
 #include "core/common.h"
+#include "core/first_error.h"
 
 #include <mpi.h>
 
@@ -84,15 +85,16 @@ class MpiShared {
 // abort() may come from any thread while the background thread waits.
 class MpiPoison {
  public:
-  bool poisoned() const { return poisoned_.load(std::memory_order_acquire); }
-  void throwIfPoisoned() const;
-  void poison(StatusCode code, const std::string& message);  // the first one sticks
+  bool poisoned() const { return first_.isSet(); }
+  void throwIfPoisoned() const { first_.throwIfSet(); }
+  // Marks the job failed (see markJobFailed); the first poison sticks.
+  void poison(StatusCode code, const std::string& message) {
+    markJobFailed(message);
+    first_.set(code, message);
+  }
 
  private:
-  mutable std::mutex mu_;
-  std::atomic<bool> poisoned_{false};
-  StatusCode code_ = StatusCode::kOk;
-  std::string message_;
+  FirstError first_;
 };
 
 // Throws Error(kBackend, "<where>: <call> failed: <MPI error string>") unless rc is success.

@@ -107,14 +107,8 @@ class MpiTransport : public Transport {
   // kind 0 = control plane, 1 = data plane: each gets its own communicator.
   MpiGroupInfo makeGroup(const std::vector<int>& ranks, int id, int kind) {
     std::string who = "rank " + std::to_string(rank_) + ": mpi group " + std::to_string(id);
-    for (size_t i = 0; i < ranks.size(); ++i)
-      if (ranks[i] < 0 || ranks[i] >= size_ || (i > 0 && ranks[i] <= ranks[i - 1]))
-        throwError(StatusCode::kInvalidArgument,
-                   who + ": expected sorted distinct ranks in [0, " + std::to_string(size_) +
-                       "), got [" + joinInts(ranks) + "]");
-    if (!std::binary_search(ranks.begin(), ranks.end(), rank_))
-      throwError(StatusCode::kInvalidArgument,
-                 who + ": this rank is not a member of [" + joinInts(ranks) + "]");
+    const std::string wrong = checkGroupRanks(ranks, size_, rank_);
+    if (!wrong.empty()) throwError(StatusCode::kInvalidArgument, who + ": " + wrong);
     std::lock_guard<std::mutex> lock(mu_);  // one creation at a time, in call order
     MpiGroupInfo info;
     info.shared = shared_;

@@ -105,7 +105,7 @@ NcclComm::NcclComm(ControlPlane& control, int device, Deadline deadline)
 
 NcclComm::~NcclComm() {
   std::lock_guard<std::mutex> lock(op_mutex_);
-  if (comm_ && !poisoned_ && !abort_requested_) {
+  if (comm_ && !poison_.isSet() && !abort_requested_) {
     // A clean finish: wait (bounded) for the stream, then finalize and destroy. Anything
     // that does not finish in time is aborted instead.
     Deadline deadline = deadlineAfter(30.0);
@@ -146,7 +146,7 @@ std::unique_lock<std::mutex> NcclComm::begin(const std::string& what) {
   std::unique_lock<std::mutex> lock(op_mutex_);
   what_ = what;
   start_ = Clock::now();
-  if (poisoned_) throw Error(poison_code_, poison_message_);
+  poison_.throwIfSet();
   pollErrors("start");
   checkCuda(cudaSetDevice(device_), "cudaSetDevice");
   return lock;
@@ -232,20 +232,12 @@ void NcclComm::abort(const std::string& reason) {
   abort_requested_ = true;
   std::unique_lock<std::mutex> lock(op_mutex_, std::try_to_lock);
   if (!lock.owns_lock()) return;  // the op in flight sees abort_requested_ and aborts
-  if (!poisoned_) {
-    poisoned_ = true;
-    poison_code_ = StatusCode::kAborted;
-    poison_message_ = who() + ": aborted: " + reason;
-  }
+  poison_.set(StatusCode::kAborted, who() + ": aborted: " + reason);
   abortComm();
 }
 
 void NcclComm::fail(StatusCode code, const std::string& message) {
-  if (!poisoned_) {
-    poisoned_ = true;
-    poison_code_ = code;
-    poison_message_ = message;
-  }
+  poison_.set(code, message);
   abortComm();
   throw Error(code, message);
 }

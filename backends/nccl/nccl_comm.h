@@ -10,6 +10,7 @@
 #pragma once
 
 #include "backends/backend.h"
+#include "core/first_error.h"
 
 #include <cuda_runtime_api.h>
 #include <nccl.h>
@@ -75,13 +76,11 @@ class NcclComm {
   cudaStream_t stream_ = nullptr;
   std::string what_;         // the current op, for messages
   Clock::time_point start_;  // when the current op began
-  std::mutex op_mutex_;      // held during an op; guards comm_, poisoned_, poison_*
+  std::mutex op_mutex_;      // held during an op; guards comm_
   std::mutex reason_mutex_;  // guards abort_reason_
   std::atomic<bool> abort_requested_{false};
   std::string abort_reason_;
-  bool poisoned_ = false;
-  StatusCode poison_code_ = StatusCode::kOk;
-  std::string poison_message_;
+  FirstError poison_;
 };
 
 }  // namespace detail

@@ -236,8 +236,8 @@ TEST_CASE("loopback rejects bad groups and ranks") {
   CHECK(t1->size() == 3);
   CHECK(std::string(t1->name()) == "loopback");
   CHECK_THROWS_WITH(t1->makeBackend({0, 2}, 1), Catch::Contains("not a member"));
-  CHECK_THROWS_WITH(t1->makeBackend({1, 0}, 1), Catch::Contains("sorted distinct"));
-  CHECK_THROWS_WITH(t1->makeBackend({1, 3}, 1), Catch::Contains("sorted distinct"));
+  CHECK_THROWS_WITH(t1->makeBackend({1, 0}, 1), Catch::Contains("sorted, distinct"));
+  CHECK_THROWS_WITH(t1->makeBackend({1, 3}, 1), Catch::Contains("sorted, distinct"));
   auto held = t1->makeBackend({0, 1}, 4);
   auto t0 = makeLoopbackTransport(hub, 0);
   CHECK_THROWS_WITH(t0->makeBackend({0, 1, 2}, 4), Catch::Contains("members disagree"));
