@@ -6,6 +6,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* libtutti is built with hidden visibility: what this header declares is its public API,
+ * exported; nothing else is. */
+#if defined(__GNUC__)
+#pragma GCC visibility push(default)
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -194,4 +200,8 @@ int tutti_process_set_size(int process_set);
 
 #ifdef __cplusplus
 } /* extern "C" */
+#endif
+
+#if defined(__GNUC__)
+#pragma GCC visibility pop
 #endif

@@ -10,6 +10,11 @@
 #include <utility>
 #include <vector>
 
+// Exported from libtutti like the C API (see tutti.h): everything declared here.
+#if defined(__GNUC__)
+#pragma GCC visibility push(default)
+#endif
+
 namespace tutti {
 
 enum class DataType : int {
@@ -167,3 +172,7 @@ const char* dataTypeName(DataType dtype);
 int64_t dataTypeSize(DataType dtype);
 
 }  // namespace tutti
+
+#if defined(__GNUC__)
+#pragma GCC visibility pop
+#endif
