@@ -1,0 +1,174 @@
+#include "core/negotiator.h"
+
+#include <algorithm>
+
+namespace tutti {
+namespace {
+
+// A hit that waits this long goes to full negotiation, where rank 0's stall inspector sees
+// it (a hit alone is invisible to the coordinator).
+constexpr std::chrono::seconds kHitPatience(1);
+
+}  // namespace
+
+RoundBits::RoundBits(size_t nsets, int64_t cache_capacity)
+    : head_words_((1 + 2 * nsets + 63) / 64),
+      section_words_(static_cast<size_t>((cache_capacity + 63) / 64)),
+      words_(head_words_ + 2 * nsets * section_words_, ~uint64_t(0)) {}
+
+void RoundBits::clearHits(size_t set) {
+  for (size_t w = 0; w < section_words_; ++w) words_[hits(set) / 64 + w] = 0;
+}
+
+Negotiator::Negotiator(int set_id, int rank, int size, int64_t cache_capacity)
+    : id_(set_id), rank_(rank), coordinator_(size), cache_(cache_capacity) {}
+
+template <typename Drop>
+void Negotiator::dropHits(std::vector<Request>& out, Drop drop) {
+  std::vector<CacheHit> kept;
+  for (auto& hit : hits_) {
+    if (drop(hit))
+      out.push_back(std::move(hit.request));
+    else
+      kept.push_back(std::move(hit));
+  }
+  hits_.swap(kept);
+}
+
+void Negotiator::contribute(std::vector<Request> fresh, std::string stall, RoundBits& bits,
+                            size_t index, Timeline* tl, int64_t* hits, int64_t* misses) {
+  misses_.clear();
+  misses_.swap(demoted_);
+  stall_ = std::move(stall);
+  const auto now = Clock::now();
+  dropHits(misses_, [&](const CacheHit& h) { return now - h.since > kHitPatience; });
+  for (auto& q : fresh) {
+    if (q.op == OpType::kJoin) joined_ = true;
+    const int slot = cache_.lookup(q);
+    (slot >= 0 ? *hits : *misses) += 1;
+    if (tl) {
+      tl->dequeued(id_, q.op, q.name);
+      tl->begin(id_, q.op, q.name, negotiatePhaseName(q.op),
+                slot >= 0 ? "\"cache\":\"hit\"" : "");
+    }
+    if (slot >= 0) {
+      hits_.push_back(CacheHit{slot, std::move(q), now});
+      continue;
+    }
+    const int stale = cache_.slotOfName(q.name);
+    if (stale >= 0) bits.clear(bits.valid(index, stale));
+    misses_.push_back(std::move(q));
+  }
+  if (!misses_.empty() || !stall_.empty()) bits.clear(bits.noNew(index));
+  if (joined_) bits.clear(bits.noJoin(index));
+  bits.clearHits(index);
+  for (const auto& hit : hits_) bits.set(bits.hit(index, hit.slot));
+}
+
+Agreement Negotiator::agree(const RoundBits& bits, size_t index, ControlPlane& control,
+                            const TensorQueue& queue, Deadline deadline, Timeline* tl) {
+  Agreement out;
+  const bool someone_joined = !bits.test(bits.noJoin(index));
+  std::vector<int> ready;
+  if (someone_joined) {  // the coordinator must see every request while a rank is joined
+    dropHits(misses_, [](const CacheHit&) { return true; });
+  } else {
+    // 1. A slot some rank found stale: every member negotiates its waiting hits in full.
+    for (int slot = 0; slot < cache_.capacity(); ++slot) {
+      if (bits.test(bits.valid(index, slot))) continue;
+      dropHits(misses_, [slot](const CacheHit& h) { return h.slot == slot; });
+      cache_.erase(slot);
+    }
+    // 2. Cached ops every member holds run now, in slot order.
+    for (int slot = 0; slot < cache_.capacity(); ++slot)
+      if (bits.test(bits.hit(index, slot)) && bits.test(bits.valid(index, slot)))
+        ready.push_back(slot);
+    for (int slot : ready) out.responses.push_back(cache_.response(slot));
+    std::vector<Request> ignored;  // their entries run from the cached responses
+    dropHits(ignored, [&](const CacheHit& h) {
+      return std::binary_search(ready.begin(), ready.end(), h.slot);
+    });
+  }
+  out.cached = ready.size();
+  const bool negotiates = !bits.test(bits.noNew(index)) || someone_joined;
+  if (!negotiates && ready.empty()) return out;
+  out.active = true;
+  if (negotiates) {
+    const auto start = Clock::now();
+    negotiate(control, deadline, tl, &out.responses);
+    out.negotiation = Clock::now() - start;
+  }
+  // 3. The cache learns this round's agreements, in agreed order, before execution takes
+  //    the entries (every member holds an identical request for each). A hit still waiting
+  //    for a slot that gets replaced is negotiated in full next round.
+  if (!someone_joined) {
+    for (int slot : ready) cache_.touch(slot);
+    for (size_t k = out.cached; k < out.responses.size(); ++k) {
+      const Response& r = out.responses[k];
+      if (r.type != ResponseType::kOp || r.names.size() != 1) continue;
+      auto q = queue.peek(r.names[0]);
+      if (!q) continue;
+      const int replaced = cache_.put(*q, r);
+      if (replaced >= 0)
+        dropHits(demoted_, [replaced](const CacheHit& h) { return h.slot == replaced; });
+    }
+  }
+  for (const auto& r : out.responses) {
+    if (r.op == OpType::kJoin) joined_ = false;  // it runs this round
+    if (tl)  // agreed: each tensor now waits for its fused batch to run
+      for (const auto& name : r.names) {
+        tl->end(id_, r.op, name);
+        tl->begin(id_, r.op, name, "WAIT_FOR_BATCH");
+      }
+  }
+  return out;
+}
+
+void Negotiator::negotiate(ControlPlane& control, Deadline deadline, Timeline* tl,
+                           std::vector<Response>* responses) {
+  // 1. Every member sends its misses to the set's rank 0.
+  // 2. Rank 0 adds them to the coordinator's table and broadcasts what became ready (and
+  //    its fatal stall verdict, if any); every member appends that to `responses`.
+  RequestList list;
+  list.requests = std::move(misses_);
+  misses_.clear();
+  std::vector<std::string> gathered = control.gather(serialize(list), deadline);
+  std::string answer;
+  if (rank_ == 0) {
+    const auto now = Clock::now();
+    std::vector<Request> arrived;
+    for (int r = 0; r < static_cast<int>(gathered.size()); ++r) {
+      auto requests = parseRequestList(gathered[r]).requests;
+      coordinator_.addRequests(r, requests, now);
+      if (tl)
+        for (auto& q : requests) {
+          tl->instant(id_, q.op, q.name, "REQUEST", "\"rank\":" + std::to_string(r));
+          arrived.push_back(std::move(q));
+        }
+    }
+    if (tl) markMissing(arrived, now, tl);
+    ResponseList out;
+    out.responses = coordinator_.takeReady();
+    out.fatal_error = stall_;
+    answer = serialize(out);
+  }
+  ResponseList in = parseResponseList(control.broadcast(answer, deadline));
+  if (!in.fatal_error.empty()) throwError(StatusCode::kTimeout, in.fatal_error);
+  for (auto& r : in.responses) responses->push_back(std::move(r));
+}
+
+void Negotiator::markMissing(const std::vector<Request>& arrived, Clock::time_point now,
+                             Timeline* tl) {
+  // Rank 0 of the set: each tensor that got requests this round but still waits for some
+  // ranks shows which, on its row.
+  for (const auto& stall : coordinator_.stalled(now, 0)) {
+    auto it = std::find_if(arrived.begin(), arrived.end(),
+                           [&](const Request& q) { return q.name == stall.name; });
+    if (it == arrived.end()) continue;
+    std::string missing;
+    for (int r : stall.missing_ranks) missing += (missing.empty() ? "" : ",") + std::to_string(r);
+    tl->instant(id_, it->op, it->name, "WAITING_FOR_RANKS", "\"missing\":[" + missing + "]");
+  }
+}
+
+}  // namespace tutti

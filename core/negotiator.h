@@ -1,0 +1,112 @@
+// One process set's agreement, round by round, on which of its ops run and in what order.
+// Owns the set's response cache and coordinator (which decides on the set's rank 0 only) and
+// what lasts between rounds: cache hits waiting for the other members, requests demoted to
+// full negotiation, and whether this rank's join is in flight.
+//
+// Every round, on every member, for every set in id order:
+//   1. contribute(): this rank's new requests become cache hits or misses, and the set's bits
+//      in the round's vector say "no new requests", "nobody joined", which cached ops this
+//      rank holds and which slots are still valid (a rank clears a slot's valid bit when it
+//      sees the slot's name with another signature).
+//   2. The Runtime ANDs the whole vector over the global control plane (one call for all).
+//   3. agree(): from everyone's bits, the cached ops every member holds (slot order), then,
+//      when some member has new requests or has joined, the responses the coordinator
+//      decided, gathered and broadcast over the set's control plane. The cache learns them in
+//      that order, so it stays identical on every member.
+// The bits alone decide whether a set gathers, so every member takes the same path.
+// Background thread only.
+#pragma once
+
+#include "backends/backend.h"
+#include "core/coordinator.h"
+#include "core/response_cache.h"
+#include "core/tensor_queue.h"
+#include "core/timeline.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tutti {
+
+// The round's AND-allreduce vector: bit 0 "not shutting down", then per set "no new
+// requests" and "nobody joined", then per set two word-aligned sections with one bit per
+// cache slot: "I hold this cached op" and "this slot is still valid". Starts all ones.
+class RoundBits {
+ public:
+  RoundBits(size_t nsets, int64_t cache_capacity);
+  std::vector<uint64_t>& words() { return words_; }
+  bool test(size_t i) const { return (words_[i / 64] >> (i % 64)) & 1u; }
+  void set(size_t i) { words_[i / 64] |= uint64_t(1) << (i % 64); }
+  void clear(size_t i) { words_[i / 64] &= ~(uint64_t(1) << (i % 64)); }
+
+  bool running() const { return test(0); }
+  void clearRunning() { clear(0); }
+
+  // Set `set`'s bits.
+  size_t noNew(size_t set) const { return 1 + 2 * set; }
+  size_t noJoin(size_t set) const { return 2 + 2 * set; }
+  size_t hit(size_t set, int slot) const { return hits(set) + static_cast<size_t>(slot); }
+  size_t valid(size_t set, int slot) const { return valids(set) + static_cast<size_t>(slot); }
+  void clearHits(size_t set);  // the whole "I hold" section
+
+ private:
+  size_t hits(size_t set) const { return (head_words_ + 2 * set * section_words_) * 64; }
+  size_t valids(size_t set) const { return (head_words_ + (2 * set + 1) * section_words_) * 64; }
+  size_t head_words_, section_words_;
+  std::vector<uint64_t> words_;
+};
+
+// What agree() decided for one set this round.
+struct Agreement {
+  bool active = false;              // something ran or was negotiated: a round with work
+  std::vector<Response> responses;  // in agreed order: cached ops first, then negotiated ones
+  size_t cached = 0;                // how many of `responses` came from the cache
+  Clock::duration negotiation{};    // time spent gathering and broadcasting
+};
+
+class Negotiator {
+ public:
+  // `rank` is this process's index in the set (a member), `size` the set's size.
+  Negotiator(int set_id, int rank, int size, int64_t cache_capacity);
+
+  // Step 1. `fresh` are the requests this rank submitted since the last round, `stall` rank
+  // 0's stall verdict or warning to deliver ("" when none: anything else forces a
+  // negotiation). Counts the cache's hits and misses into *hits and *misses.
+  void contribute(std::vector<Request> fresh, std::string stall, RoundBits& bits, size_t index,
+                  Timeline* tl, int64_t* hits, int64_t* misses);
+  // Step 3, after the AND. Throws Error(kTimeout) with rank 0's fatal stall verdict, on
+  // every member. `queue` gives the requests behind negotiated responses (for the cache).
+  Agreement agree(const RoundBits& bits, size_t index, ControlPlane& control,
+                  const TensorQueue& queue, Deadline deadline, Timeline* tl);
+
+  // Requests demoted to full negotiation wait: the next round should come at once.
+  bool hasDemoted() const { return !demoted_.empty(); }
+  // Rank 0: the table of requests still waiting for some members (stall checks).
+  const Coordinator& coordinator() const { return coordinator_; }
+
+ private:
+  struct CacheHit {
+    int slot;
+    Request request;
+    Clock::time_point since;
+  };
+  // Moves the waiting hits for which `drop(hit)` holds into `out`.
+  template <typename Drop>
+  void dropHits(std::vector<Request>& out, Drop drop);
+  void negotiate(ControlPlane& control, Deadline deadline, Timeline* tl,
+                 std::vector<Response>* responses);
+  void markMissing(const std::vector<Request>& arrived, Clock::time_point now, Timeline* tl);
+
+  const int id_;
+  const int rank_;
+  Coordinator coordinator_;
+  ResponseCache cache_;
+  bool joined_ = false;            // this rank's join is in flight
+  std::vector<CacheHit> hits_;     // hits waiting for the other members
+  std::vector<Request> demoted_;   // to negotiate in full next round
+  std::vector<Request> misses_;    // this round's, from contribute() to agree()
+  std::string stall_;              // this round's, from contribute() to agree()
+};
+
+}  // namespace tutti

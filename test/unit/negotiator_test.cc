@@ -1,0 +1,193 @@
+// The negotiator of one process set with threads as ranks over the loopback control plane:
+// what every member agrees on, round by round (cache hits, misses, stale slots, join, a
+// fatal stall verdict).
+#include "core/negotiator.h"
+
+#include "backends/loopback/loopback.h"
+#include "test/backends/backend_test_util.h"
+#include "test/catch.h"
+
+#include <functional>
+#include <thread>
+
+using namespace tutti;
+using tutti::test::Failures;
+
+namespace {
+
+constexpr int64_t kCapacity = 70;  // two words per section: slots past 64 work too
+
+// One member: its queue, its negotiator, the set's control plane.
+struct Member {
+  int rank, size;
+  std::unique_ptr<ControlPlane> control;
+  TensorQueue queue;
+  Negotiator negotiator;
+
+  Member(std::shared_ptr<LoopbackHub> hub, int r, int n)
+      : rank(r), size(n), control(makeLoopbackTransport(hub, r)->makeControlPlane(all(n), 0)),
+        negotiator(0, r, n, kCapacity) {}
+
+  static std::vector<int> all(int n) {
+    std::vector<int> ranks(n);
+    for (int i = 0; i < n; ++i) ranks[i] = i;
+    return ranks;
+  }
+
+  // Submits `requests`, runs one round (contribute, AND, agree) and takes the agreed entries
+  // out of the queue as the executor would.
+  Agreement round(std::vector<Request> requests, const std::string& stall = "") {
+    std::vector<TensorEntry> entries;
+    for (auto& q : requests) entries.push_back(TensorEntry{std::move(q), nullptr, nullptr, {}, {}});
+    if (!entries.empty()) {
+      Status s = queue.add(entries);
+      if (!s.ok()) throwError(s.code(), s.message());
+    }
+    RoundBits bits(1, kCapacity);
+    int64_t hits = 0, misses = 0;
+    negotiator.contribute(queue.popNew(), stall, bits, 0, nullptr, &hits, &misses);
+    control->allreduceAnd(bits.words(), deadlineAfter(10));
+    Agreement a = negotiator.agree(bits, 0, *control, queue, deadlineAfter(10), nullptr);
+    for (const auto& r : a.responses)
+      for (const auto& name : r.names) queue.take(name);
+    return a;
+  }
+};
+
+Request req(const std::string& name, std::vector<int64_t> shape = {4}) {
+  Request q;
+  q.name = name;
+  q.shape = std::move(shape);
+  return q;
+}
+
+Request join() {
+  Request q;
+  q.op = OpType::kJoin;
+  return q;
+}
+
+std::string describe(const Agreement& a) {
+  std::string out = std::to_string(a.cached) + " cached:";
+  for (const auto& r : a.responses) {
+    out += std::string(" ") + opTypeName(r.op) + (r.type == ResponseType::kError ? "!" : "");
+    for (const auto& name : r.names) out += " " + name;
+  }
+  return out;
+}
+
+// Runs body(member) on n threads, one member each; every failure is collected.
+void runMembers(int n, const std::function<void(Member&, Failures&)>& body) {
+  Failures failures;
+  auto hub = makeLoopbackHub(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        Member m(hub, r, n);
+        body(m, failures);
+      } catch (const std::exception& e) {
+        failures.add("rank " + std::to_string(r) + " threw: " + e.what());
+      }
+    });
+  for (auto& t : threads) t.join();
+  INFO(failures.summary());
+  CHECK(failures.list().empty());
+}
+
+void expect(Failures& f, const Member& m, const Agreement& a, const std::string& expected,
+            const char* step) {
+  if (describe(a) != expected)
+    f.add("rank " + std::to_string(m.rank) + ", " + step + ": expected '" + expected +
+          "', got '" + describe(a) + "'");
+}
+
+}  // namespace
+
+TEST_CASE("negotiator: the first round negotiates, a repeat comes from the cache alone") {
+  for (int n : {1, 2, 3, 4}) {
+    CAPTURE(n);
+    runMembers(n, [n](Member& m, Failures& f) {
+      // Submission order differs by rank; the agreed order is rank 0's decision order: a
+      // name is ready when the last rank's request for it arrives (rank n-1 decides).
+      auto first = m.round(m.rank % 2 ? std::vector<Request>{req("b"), req("a")}
+                                       : std::vector<Request>{req("a"), req("b")});
+      const std::string order = (n - 1) % 2 ? "allreduce b allreduce a" : "allreduce a allreduce b";
+      expect(f, m, first, "0 cached: " + order, "first round");
+      // The cache serves the repeat in slot order, which is the order the slots were filled.
+      auto again = m.round({req("b"), req("a")});
+      expect(f, m, again, "2 cached: " + order, "repeat");
+      if (again.negotiation != Clock::duration::zero())
+        f.add("rank " + std::to_string(m.rank) + ": a round of cache hits gathered");
+      auto idle = m.round({});
+      expect(f, m, idle, "0 cached:", "idle round");
+      if (idle.active) f.add("rank " + std::to_string(m.rank) + ": an idle round was active");
+    });
+  }
+}
+
+TEST_CASE("negotiator: a cached op runs once every member holds it") {
+  for (int n : {2, 3}) {
+    CAPTURE(n);
+    runMembers(n, [](Member& m, Failures& f) {
+      m.round({req("a")});
+      // Only rank 0 submits again: its hit waits (nothing runs anywhere).
+      auto waiting = m.round(m.rank == 0 ? std::vector<Request>{req("a")} : std::vector<Request>{});
+      expect(f, m, waiting, "0 cached:", "hit on rank 0 only");
+      auto ready = m.round(m.rank == 0 ? std::vector<Request>{} : std::vector<Request>{req("a")});
+      expect(f, m, ready, "1 cached: allreduce a", "hit on every rank");
+    });
+  }
+}
+
+TEST_CASE("negotiator: a changed shape invalidates the slot on every member and fails as a "
+          "mismatch") {
+  for (int n : {2, 4}) {
+    CAPTURE(n);
+    runMembers(n, [](Member& m, Failures& f) {
+      m.round({req("a"), req("b")});
+      // Rank 1 changes a's shape: a miss there, a hit elsewhere; b stays cached.
+      auto changed = m.round({req("a", m.rank == 1 ? std::vector<int64_t>{5}
+                                                   : std::vector<int64_t>{4}),
+                              req("b")});
+      expect(f, m, changed, "1 cached: allreduce b allreduce! a", "changed shape");
+      // The slot is gone: the next a is negotiated in full, and agrees again.
+      auto after = m.round({req("a")});
+      if (after.cached != 0 || after.responses.size() != 1 ||
+          after.responses[0].type != ResponseType::kOp)
+        f.add("rank " + std::to_string(m.rank) + ": after the mismatch: " + describe(after));
+    });
+  }
+}
+
+TEST_CASE("negotiator: while a rank has joined, hits are negotiated in full; join is answered "
+          "once every member joined") {
+  runMembers(3, [](Member& m, Failures& f) {
+    m.round({req("x")});
+    // Rank 0 joins; the others submit x again (a cache hit each), which must reach the
+    // coordinator so that it counts rank 0 as joined for it.
+    auto first =
+        m.round(m.rank == 0 ? std::vector<Request>{join()} : std::vector<Request>{req("x")});
+    expect(f, m, first, "0 cached: allreduce x", "rank 0 joined");
+    auto second = m.round(m.rank == 0 ? std::vector<Request>{} : std::vector<Request>{join()});
+    expect(f, m, second, "0 cached: join join.noname.0", "everyone joined");
+    if (second.responses.size() == 1 && second.responses[0].value != 2)
+      f.add("rank " + std::to_string(m.rank) + ": last joined rank " +
+            std::to_string(second.responses[0].value) + ", expected 2");
+    auto later = m.round({req("x")});  // the cache serves again once the join is done
+    expect(f, m, later, "1 cached: allreduce x", "after the join");
+  });
+}
+
+TEST_CASE("negotiator: rank 0's fatal stall verdict reaches every member") {
+  runMembers(3, [](Member& m, Failures& f) {
+    const std::string verdict = "timeout: allreduce 'w' (process set 0) has waited 9 s";
+    try {
+      m.round({}, m.rank == 0 ? verdict : "");
+      f.add("rank " + std::to_string(m.rank) + ": no error");
+    } catch (const Error& e) {
+      if (e.code() != StatusCode::kTimeout || std::string(e.what()) != verdict)
+        f.add("rank " + std::to_string(m.rank) + ": got '" + e.what() + "'");
+    }
+  });
+}
