@@ -144,9 +144,14 @@ std::string secondsText(double seconds) {
 }
 
 std::string joinInts(const std::vector<int>& values) {
-  std::ostringstream out;
-  for (size_t i = 0; i < values.size(); ++i) out << (i ? ", " : "") << values[i];
-  return out.str();
+  // No ostringstream: the shm backend names its group this way on every op, and a stream's
+  // construction (locale, ios init) cost more than the op's own bookkeeping.
+  std::string out;
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (i) out += ", ";
+    out += std::to_string(values[i]);
+  }
+  return out;
 }
 
 std::string checkGroupRanks(const std::vector<int>& ranks, int world_size, int member) {

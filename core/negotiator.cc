@@ -74,15 +74,13 @@ Agreement Negotiator::agree(const RoundBits& bits, size_t index, ControlPlane& c
     dropHits(misses_, [](const CacheHit&) { return true; });
   } else {
     // 1. A slot some rank found stale: every member negotiates its waiting hits in full.
-    for (int slot = 0; slot < cache_.capacity(); ++slot) {
-      if (bits.test(bits.valid(index, slot))) continue;
-      dropHits(misses_, [slot](const CacheHit& h) { return h.slot == slot; });
-      cache_.erase(slot);
-    }
     // 2. Cached ops every member holds run now, in slot order.
-    for (int slot = 0; slot < cache_.capacity(); ++slot)
-      if (bits.test(bits.hit(index, slot)) && bits.test(bits.valid(index, slot)))
-        ready.push_back(slot);
+    bits.scan(
+        index, [&](int slot) { ready.push_back(slot); },
+        [&](int slot) {
+          dropHits(misses_, [slot](const CacheHit& h) { return h.slot == slot; });
+          cache_.erase(slot);
+        });
     for (int slot : ready) out.responses.push_back(cache_.response(slot));
     std::vector<Request> ignored;  // their entries run from the cached responses
     dropHits(ignored, [&](const CacheHit& h) {

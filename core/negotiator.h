@@ -49,6 +49,11 @@ class RoundBits {
   size_t hit(size_t set, int slot) const { return hits(set) + static_cast<size_t>(slot); }
   size_t valid(size_t set, int slot) const { return valids(set) + static_cast<size_t>(slot); }
   void clearHits(size_t set);  // the whole "I hold" section
+  // Calls fn(slot) for each slot of `set`, in slot order, that every member holds (hit)
+  // and that is still valid; stale(slot) for each slot some member found stale. Word by
+  // word: a round costs the same whatever the cache's capacity.
+  template <typename Ready, typename Stale>
+  void scan(size_t set, Ready ready, Stale stale) const;
 
  private:
   size_t hits(size_t set) const { return (head_words_ + 2 * set * section_words_) * 64; }
@@ -56,6 +61,17 @@ class RoundBits {
   size_t head_words_, section_words_;
   std::vector<uint64_t> words_;
 };
+
+template <typename Ready, typename Stale>
+void RoundBits::scan(size_t set, Ready ready, Stale stale) const {
+  const uint64_t* hit = &words_[hits(set) / 64];
+  const uint64_t* valid = &words_[valids(set) / 64];
+  for (size_t w = 0; w < section_words_; ++w) {
+    const int base = static_cast<int>(w * 64);
+    for (uint64_t b = ~valid[w]; b; b &= b - 1) stale(base + __builtin_ctzll(b));
+    for (uint64_t b = hit[w] & valid[w]; b; b &= b - 1) ready(base + __builtin_ctzll(b));
+  }
+}
 
 // What agree() decided for one set this round.
 struct Agreement {

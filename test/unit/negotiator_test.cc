@@ -191,3 +191,15 @@ TEST_CASE("negotiator: rank 0's fatal stall verdict reaches every member") {
     }
   });
 }
+
+TEST_CASE("negotiator: cache slots past the first word of bits are found, in slot order") {
+  runMembers(2, [](Member& m, Failures& f) {
+    std::vector<Request> many;
+    for (int i = 0; i < 67; ++i) many.push_back(req("t" + std::to_string(100 + i)));
+    auto first = m.round(many);
+    auto again = m.round(many);
+    std::string expected = "67 cached:";
+    for (const auto& r : first.responses) expected += " allreduce " + r.names[0];
+    expect(f, m, again, expected, "67 hits");
+  });
+}
