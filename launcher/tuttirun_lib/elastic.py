@@ -313,7 +313,7 @@ def run_elastic(args, env, secret, server, forwarder):
         elif args.hostfile:
             fixed = hostlib.parse_hostfile(args.hostfile)
         else:
-            fixed = [("localhost", args.max_np or args.np)]
+            fixed = [("localhost", args.np)]
     cooldown = tuple(args.blacklist_cooldown_range or (60.0, 600.0))
     if not 0 < cooldown[0] <= cooldown[1]:
         raise ElasticError("--blacklist-cooldown-range %g %g: expected 0 < MIN <= MAX" % cooldown)
