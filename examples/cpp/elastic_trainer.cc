@@ -8,6 +8,7 @@
 //
 //   tuttirun -np 4 --min-np 2 ./elastic_trainer --steps 200
 //   ./elastic_trainer --die-at 50   (the rank 1 of the first world exits at step 50, as a crash)
+//   ./elastic_trainer --step-ms 20  (each step takes at least 20 ms, as a real one would)
 //
 // Exit status: 0 when training finished and the replicas agree, 1 otherwise.
 #include <tutti/tutti.hpp>
@@ -106,10 +107,11 @@ void fail(const tutti::Status& s, const char* what) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int steps = 200, commit_every = 10, die_at = -1;
+  int steps = 200, commit_every = 10, die_at = -1, step_ms = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--steps")) steps = std::atoi(argv[i + 1]);
     if (!std::strcmp(argv[i], "--die-at")) die_at = std::atoi(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--step-ms")) step_ms = std::atoi(argv[i + 1]);
   }
   tutti::Status s = tutti::init();
   if (!s.ok()) fail(s, "init");
@@ -119,6 +121,7 @@ int main(int argc, char** argv) {
     while (s.ok() && state.step < steps) {
       if (state.step == die_at && tutti::rank() == 1 && tutti::elasticGeneration() == 0)
         ::raise(SIGKILL);  // a crash: no shutdown, no exit hook
+      if (step_ms > 0) ::usleep(static_cast<useconds_t>(step_ms) * 1000);
       s = trainStep(state, 0.05);
       if (s.ok() && static_cast<int>(state.step) % commit_every == 0) {
         committed = state;  // commit

@@ -62,6 +62,15 @@ class ElasticDriverTest(unittest.TestCase):
         self.assertEqual(job.output.count("of 2 (generation 1): step 120"), 2, job.what)
         self.assertEqual(job.output.count("replicas agree"), 2, job.what)
 
+    @unittest.skipUnless(TRAINER, "ELASTIC_TRAINER (the C++ example) not built")
+    def test_reset_limit_stops_the_job(self):
+        job = Job("gloo", 3, [TRAINER, "--steps", "120", "--die-at", "50"], limit=60,
+                  tuttirun_args=["--min-np", "2", "--reset-limit", "0"])
+        self.assertEqual(job.left, [], job.what)
+        self.assertEqual(job.rc, 1, job.what)
+        self.assertIn("reset limit reached: 0 generation(s) after the first (--reset-limit 0)",
+                      job.output, job.what)
+
 
 if __name__ == "__main__":
     unittest.main()
