@@ -49,7 +49,10 @@ class State:
 
     def check_host_updates(self):
         """Raises HostsUpdatedInterrupt, on every rank together, when the launcher has
-        published a new world (asks its rendezvous server; rank agreement by allreduce)."""
+        published a new world (asks its rendezvous server; rank agreement by allreduce).
+        Outside an elastic job (plain tuttirun, mpirun) no new world comes: it returns."""
+        if basics._C.elastic_generation() < 0:
+            return
         local = 1 if basics._C.hosts_updated() else 0
         flag = mpi_ops.synchronize(mpi_ops.allreduce_async(
             torch.tensor([local], dtype=torch.int32), name="tutti.elastic.hosts_updated",
