@@ -13,6 +13,8 @@ horovod.torch.elastic's shape (docs/elastic.md). Run it under tuttirun's elastic
 """
 
 import functools
+import os
+import time
 
 from tutti.torch import basics
 from tutti.torch.basics import HorovodInternalError
@@ -53,12 +55,15 @@ def run(func):
                 state.restore()
             except HostsUpdatedInterrupt:
                 pass
-            for _ in range(MAX_RESETS):  # init itself may fail while the world changes
+            # init itself may fail while the world changes; for longer than the launcher
+            # waits for a world (its server is gone, say) it is over.
+            deadline = time.monotonic() + float(os.environ.get("TUTTI_ELASTIC_TIMEOUT", 600))
+            for _ in range(MAX_RESETS):
                 try:
                     _reset()
                     break
                 except HorovodInternalError as e:
-                    if not _recoverable(e):
+                    if not _recoverable(e) or time.monotonic() > deadline:
                         raise
             state.on_reset()
         raise HorovodInternalError("tutti.torch.elastic.run: %d resets without finishing"
