@@ -315,10 +315,13 @@ def run_gloo_elastic(args, host_list, env):
     from .elastic import ElasticError, discover, run_elastic
     if args.mpi:
         fail("elastic jobs run over gloo; drop --mpi")
-    if args.host_discovery_script:
-        first = discover(args.host_discovery_script, args.slots or 1, 30.0)
-    else:
-        first = host_list or [("localhost", 1)]
+    try:
+        if args.host_discovery_script:
+            first = discover(args.host_discovery_script, args.slots or 1, 30.0)
+        else:
+            first = host_list or [("localhost", args.np)]
+    except ElasticError as e:
+        fail(str(e), 1)
     remote = [h for h, _ in first if not hostlib.is_local(h)]
     if args.nics:
         address = hostlib.interface_address(args.nics[0])

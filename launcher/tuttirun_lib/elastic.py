@@ -55,7 +55,10 @@ def parse_discovery_output(text, default_slots, script):
         if not sep:
             name, slots = line, None
         where = "%s, line %d" % (script, number)
-        found.append((name, hostlib._parse_slots(slots, where) if slots else default_slots))
+        try:
+            found.append((name, hostlib._parse_slots(slots, where) if slots else default_slots))
+        except hostlib.HostError as e:
+            raise ElasticError(str(e))
     return hostlib.merge_repeated(found)
 
 
@@ -299,8 +302,9 @@ class Driver:
                 time.sleep(POLL_SECONDS)
         except ElasticError as e:
             self.fail(str(e))
-        self.job.stop()
-        self.job.forwarder.join(5.0)
+        finally:  # whatever happened, no worker outlives the driver
+            self.job.stop()
+            self.job.forwarder.join(5.0)
         return self.result
 
 

@@ -21,7 +21,7 @@ class ElasticDriverTest(unittest.TestCase):
         text = "# pool\nnode1:4\nnode2\n\nnode1:2\n"
         self.assertEqual(elastic.parse_discovery_output(text, 3, "s.sh"),
                          [("node1", 6), ("node2", 3)])
-        with self.assertRaisesRegex(ValueError, r"s.sh, line 1: slots must be"):
+        with self.assertRaisesRegex(elastic.ElasticError, r"s.sh, line 1: slots must be"):
             elastic.parse_discovery_output("node1:x\n", 1, "s.sh")
 
     def test_discovery_script_failure_is_named(self):
@@ -50,6 +50,13 @@ class ElasticDriverTest(unittest.TestCase):
         self.assertIn("--min-np 3 is above -np 2", r.stderr)
         r = run(["-np", "2", "--max-np", "1", "--min-np", "2", "true"], timeout=30)
         self.assertIn("--max-np 1 is below --min-np 2", r.stderr)
+        r = run(["-np", "2", "--host-discovery-script", "/nonexistent/discover.sh", "true"],
+                timeout=30)
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertIn("--host-discovery-script /nonexistent/discover.sh cannot run", r.stderr)
+        self.assertNotIn("Traceback", r.stderr)
+        r = run(["-np", "3", "--min-np", "2", "--dry-run", "true"], timeout=30)
+        self.assertIn("hosts now: localhost:3", r.stdout)
 
     @unittest.skipUnless(TRAINER, "ELASTIC_TRAINER (the C++ example) not built")
     def test_cpp_trainer_survives_a_killed_worker(self):
