@@ -306,6 +306,11 @@ Topology parseTopology(const std::map<std::string, std::string>& env) {
   auto get = [&](const char* key, int lo, int hi) -> int {
     return static_cast<int>(parseInt(key, env.at(key), lo, hi));
   };
+  if (has("TUTTI_ELASTIC_WORKER")) {  // rank and size come from the rendezvous (ElasticWorker)
+    Topology t;
+    t.source = "tuttirun elastic";
+    return t;
+  }
   for (const auto& s : sources) {
     if (!has(s.rank) || !has(s.size)) continue;
     if (s.rank == std::string("SLURM_PROCID") && !has("SLURM_STEP_ID")) continue;
@@ -349,6 +354,18 @@ SlurmStep parseSlurmStep(const std::map<std::string, std::string>& env) {
   return step;
 }
 
+ElasticWorker parseElasticWorker(const std::map<std::string, std::string>& env) {
+  ElasticWorker w;
+  w.id = env.at("TUTTI_ELASTIC_WORKER");
+  auto it = env.find("TUTTI_ELASTIC_GENERATION");
+  if (it != env.end())
+    w.first_generation = parseInt("TUTTI_ELASTIC_GENERATION", it->second, 0, int64_t(1) << 40);
+  it = env.find("TUTTI_ELASTIC_TIMEOUT");
+  if (it != env.end())
+    w.timeout_seconds = parseDouble("TUTTI_ELASTIC_TIMEOUT", it->second, 0.001, 1e7);
+  return w;
+}
+
 }  // namespace
 
 Config parseConfig(const std::map<std::string, std::string>* env_in) {
@@ -378,6 +395,7 @@ Config parseConfig(const std::map<std::string, std::string>* env_in) {
   }
   config.topology = parseTopology(env);
   if (config.topology.source == "Slurm") config.slurm = parseSlurmStep(env);
+  if (config.topology.source == "tuttirun elastic") config.elastic = parseElasticWorker(env);
   // One line, from rank 0 of a real job (not for an environment a caller made up).
   if (env_in == nullptr && !notes.empty() && config.topology.rank == 0 &&
       config.log_level <= LogLevel::kWarning) {
