@@ -45,6 +45,9 @@ class Backend {
   virtual bool supports(OpType op, DataType dtype, DeviceType device) const = 0;
   virtual int rank() const = 0;  // index of this process in the group
   virtual int size() const = 0;
+  // The algorithm this backend runs for `op` on `bytes` bytes per member ("ring",
+  // "shm one-round", "MPI_Allreduce", ...), for the timeline. Static text.
+  virtual const char* algorithm(OpType op, int64_t bytes) const = 0;
 
   // out[i] = op over members of in[i]; in == out means in place. op is never kAverage.
   virtual void allreduce(const void* in, void* out, int64_t count, DataType dtype, ReduceOp op,

@@ -182,6 +182,23 @@ const char* tutti_dtype_name(tutti_dtype_t dtype) {
                                        : "unknown-dtype";
 }
 
+int tutti_status_recoverable(tutti_status_t status) {
+  return tutti::isRecoverable(tutti::Status(static_cast<tutti::StatusCode>(status), "")) ? 1 : 0;
+}
+
+tutti_status_t tutti_hosts_updated(int* updated) {
+  return guarded([&] {
+    if (updated == nullptr)
+      return tutti::Status(tutti::StatusCode::kInvalidArgument, "hosts_updated: updated is null");
+    bool value = false;
+    tutti::Status s = tutti::hostsUpdated(&value);
+    *updated = value ? 1 : 0;
+    return s;
+  });
+}
+
+int64_t tutti_elastic_generation(void) { return tutti::elasticGeneration(); }
+
 int tutti_backend_built(const char* name) { return name && tutti::backendBuilt(name) ? 1 : 0; }
 
 const char* tutti_cpu_backend(void) {

@@ -169,8 +169,9 @@ const std::vector<ConfigVar>& configTable() {
        "hits, time per phase) to stderr at shutdown.",
        [](const std::string& v, Config& c) { c.print_stats = parseBool("TUTTI_STATS", v); }},
       {"TUTTI_AUTOTUNE", "bool", "0", "0, 1",
-       "Tunes TUTTI_FUSION_THRESHOLD and TUTTI_CYCLE_TIME_MS while the job runs, by the bytes "
-       "per second of measured windows (tuttirun --autotune; docs/PERFORMANCE.md).",
+       "Tunes TUTTI_FUSION_THRESHOLD, TUTTI_CYCLE_TIME_MS and the response cache on/off while "
+       "the job runs, by the bytes per second of measured windows (tuttirun --autotune; "
+       "docs/PERFORMANCE.md).",
        [](const std::string& v, Config& c) { c.autotune = parseBool("TUTTI_AUTOTUNE", v); }},
       {"TUTTI_AUTOTUNE_LOG", "string", "(none)", "a file path",
        "Rank 0 writes every autotune window there as CSV (tuttirun --autotune-log-file).",
@@ -305,6 +306,11 @@ Topology parseTopology(const std::map<std::string, std::string>& env) {
   auto get = [&](const char* key, int lo, int hi) -> int {
     return static_cast<int>(parseInt(key, env.at(key), lo, hi));
   };
+  if (has("TUTTI_ELASTIC_WORKER")) {  // rank and size come from the rendezvous (ElasticWorker)
+    Topology t;
+    t.source = "tuttirun elastic";
+    return t;
+  }
   for (const auto& s : sources) {
     if (!has(s.rank) || !has(s.size)) continue;
     if (s.rank == std::string("SLURM_PROCID") && !has("SLURM_STEP_ID")) continue;
@@ -348,6 +354,18 @@ SlurmStep parseSlurmStep(const std::map<std::string, std::string>& env) {
   return step;
 }
 
+ElasticWorker parseElasticWorker(const std::map<std::string, std::string>& env) {
+  ElasticWorker w;
+  w.id = env.at("TUTTI_ELASTIC_WORKER");
+  auto it = env.find("TUTTI_ELASTIC_GENERATION");
+  if (it != env.end())
+    w.first_generation = parseInt("TUTTI_ELASTIC_GENERATION", it->second, 0, int64_t(1) << 40);
+  it = env.find("TUTTI_ELASTIC_TIMEOUT");
+  if (it != env.end())
+    w.timeout_seconds = parseDouble("TUTTI_ELASTIC_TIMEOUT", it->second, 0.001, 1e7);
+  return w;
+}
+
 }  // namespace
 
 Config parseConfig(const std::map<std::string, std::string>* env_in) {
@@ -377,6 +395,7 @@ Config parseConfig(const std::map<std::string, std::string>* env_in) {
   }
   config.topology = parseTopology(env);
   if (config.topology.source == "Slurm") config.slurm = parseSlurmStep(env);
+  if (config.topology.source == "tuttirun elastic") config.elastic = parseElasticWorker(env);
   // One line, from rank 0 of a real job (not for an environment a caller made up).
   if (env_in == nullptr && !notes.empty() && config.topology.rank == 0 &&
       config.log_level <= LogLevel::kWarning) {

@@ -22,6 +22,15 @@ struct Topology {
   bool local_given = false, cross_given = false;
 };
 
+// An elastic job's worker (tuttirun --min-np/--max-np/--host-discovery-script; docs/elastic.md):
+// its rank and size are not in the environment but asked of the launcher's rendezvous server
+// at each init, for the newest generation (world) the launcher published.
+struct ElasticWorker {
+  std::string id;                // TUTTI_ELASTIC_WORKER; empty: not an elastic job
+  int64_t first_generation = 0;  // TUTTI_ELASTIC_GENERATION: the one it was started for
+  double timeout_seconds = 600;  // TUTTI_ELASTIC_TIMEOUT: longest wait for a new generation
+};
+
 // What Slurm gives every task of a job step started by srun (all empty/-1 otherwise). The gloo
 // transport finds rank 0's in-process rendezvous server from it; the MPI transport checks that
 // Open MPI has a PMI to reach.
@@ -61,6 +70,7 @@ struct Config {
   int64_t shm_buffer_bytes = 1ll << 20;   // per member and buffer (TUTTI_SHM_BUFFER_BYTES)
   Topology topology;
   SlurmStep slurm;          // set when topology.source == "Slurm"
+  ElasticWorker elastic;    // set when topology.source == "tuttirun elastic"
   // Where the settings came from (parseConfig): the variables the environment gave, with
   // their values, and those among them that tuttirun set from its flags
   // (TUTTI_LAUNCHER_SETTINGS, a comma-separated list tuttirun exports).

@@ -92,7 +92,8 @@ void Executor::callBackend(Backend& b, int64_t tensors, int64_t bytes, Call&& ca
     std::string name = b.name();
     for (auto& c : name) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
     name += std::string("_") + opPhaseName(current_->op);
-    phase(name.c_str(), "\"backend\":\"" + std::string(b.name()) +
+    phase(name.c_str(), "\"backend\":\"" + std::string(b.name()) + "\",\"algorithm\":\"" +
+                            b.algorithm(current_->op, bytes) +
                             "\",\"bytes\":" + std::to_string(bytes));
   }
   const auto start = Clock::now();

@@ -82,4 +82,9 @@ int ResponseCache::put(const Request& q, const Response& r) {
   return replaced;
 }
 
+void ResponseCache::clear() {
+  for (size_t i = 0; i < slots_.size(); ++i)
+    if (slots_[i].last_used != 0) erase(static_cast<int>(i));
+}
+
 }  // namespace tutti

@@ -33,6 +33,7 @@ class ResponseCache {
   // Returns the slot whose previous entry was replaced, or -1.
   int put(const Request& q, const Response& r);
   void erase(int slot);
+  void clear();  // every slot (autotune turning the cache off)
 
  private:
   static std::string key(const Request& q);

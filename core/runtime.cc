@@ -18,7 +18,12 @@ Runtime::Runtime(Config config, std::unique_ptr<Transport> transport)
     : config_(std::move(config)),
       transport_(std::move(transport)),
       executor_(config_, stats_),
-      tuned_{config_.fusion_threshold, config_.cycle_time_ms} {
+      tuned_{config_.fusion_threshold, config_.cycle_time_ms, config_.cache_capacity > 0} {
+  cache_on_ = tuned_.cache;
+  if (!config_.elastic.id.empty()) {  // an elastic worker's seat, from the rendezvous
+    config_.topology.rank = transport_->rank();
+    config_.topology.size = transport_->size();
+  }
   setLogLevel(config_.log_level);
   setLogRank(config_.topology.size > 1 ? config_.topology.rank : -1);
   if (transport_->rank() != config_.topology.rank || transport_->size() != config_.topology.size)

@@ -146,7 +146,9 @@ class Runtime {
   std::shared_ptr<Timeline> timeline_;  // under timeline_mu_; null when off
   std::atomic<bool> timeline_on_{false};
   uint64_t rounds_ = 0;  // background thread only
+  void followCacheSetting(const std::vector<std::shared_ptr<ProcessSet>>& sets);
   TuneSettings tuned_;   // in force; background thread only (autotune changes it)
+  bool cache_on_;        // the response cache in use this round (follows tuned_.cache)
   std::unique_ptr<Autotuner> autotuner_;  // rank 0 with TUTTI_AUTOTUNE
   Clock::time_point tune_window_start_;
   int64_t tune_window_bytes_ = 0;

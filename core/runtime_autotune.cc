@@ -6,6 +6,17 @@
 #include <sstream>
 
 namespace tutti {
+namespace {
+
+std::string describe(const TuneSettings& s) {
+  std::ostringstream text;
+  text << "fusion threshold " << s.fusion_threshold << " bytes, cycle time " << s.cycle_time_ms
+       << " ms, cache " << (s.cache ? "on" : "off");
+  if (s.hierarchical >= 0) text << ", hierarchical allreduce " << (s.hierarchical ? "on" : "off");
+  return text.str();
+}
+
+}  // namespace
 
 void Runtime::tune(ProcessSet& global) {
   // 1. Rank 0: once a window has passed, score it and take the next settings.
@@ -16,12 +27,14 @@ void Runtime::tune(ProcessSet& global) {
     const auto now = Clock::now();
     if (!autotuner_) {
       autotuner_ = std::make_unique<Autotuner>(tuned_, config_.autotune_warmup_windows,
-                                               config_.autotune_samples);
+                                               config_.autotune_samples,
+                                               config_.cache_capacity > 0);
       tune_window_start_ = now;
       tune_window_bytes_ = stats_.totalBytes();
       if (!config_.autotune_log.empty())
         if (FILE* f = std::fopen(config_.autotune_log.c_str(), "w")) {
-          std::fputs("window,stage,fusion_threshold,cycle_time_ms,bytes_per_second,scored\n", f);
+          std::fputs("window,stage,fusion_threshold,cycle_time_ms,cache,hierarchical,"
+                     "bytes_per_second,scored\n", f);
           std::fclose(f);
         }
     }
@@ -32,8 +45,7 @@ void Runtime::tune(ProcessSet& global) {
       const TuneSettings s = autotuner_->observe(static_cast<double>(bytes - tune_window_bytes_), seconds);
       if (autotuner_->done())
         TUTTI_LOG(kInfo) << "autotune: done after " << logged + 1
-                         << " windows: fusion threshold " << s.fusion_threshold
-                         << " bytes, cycle time " << s.cycle_time_ms << " ms";
+                         << " windows: " << describe(s);
       tune_window_start_ = now;
       tune_window_bytes_ = bytes;
       if (!config_.autotune_log.empty())
@@ -44,16 +56,17 @@ void Runtime::tune(ProcessSet& global) {
         }
     }
     const TuneSettings next = autotuner_->current();
-    message = std::to_string(next.fusion_threshold) + " " + std::to_string(next.cycle_time_ms);
+    message = std::to_string(next.fusion_threshold) + " " + std::to_string(next.cycle_time_ms) +
+              " " + std::to_string(next.cache ? 1 : 0) + " " + std::to_string(next.hierarchical);
   }
   std::istringstream in(global.control->broadcast(message, deadlineAfter(config_.timeout_seconds)));
   TuneSettings next = tuned_;
-  in >> next.fusion_threshold >> next.cycle_time_ms;
-  if (next.fusion_threshold != tuned_.fusion_threshold || next.cycle_time_ms != tuned_.cycle_time_ms)
-    TUTTI_LOG(kDebug) << "autotune: fusion threshold " << next.fusion_threshold
-                      << " bytes, cycle time " << next.cycle_time_ms << " ms from round "
-                      << rounds_;
-  tuned_ = next;
+  int cache = 1;
+  in >> next.fusion_threshold >> next.cycle_time_ms >> cache >> next.hierarchical;
+  next.cache = cache != 0;
+  if (describe(next) != describe(tuned_))
+    TUTTI_LOG(kDebug) << "autotune: " << describe(next) << " from round " << rounds_;
+  tuned_ = next;  // the cache follows at the start of the next round (followCacheSetting)
 }
 
 }  // namespace tutti

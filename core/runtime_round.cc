@@ -82,6 +82,7 @@ bool Runtime::runRound(bool* had_work) {
     std::lock_guard<std::mutex> lock(wake_mu_);
     shutting_down = shutdown_requested_;
   }
+  followCacheSetting(sets);
   // 1-2. Sort this rank's new requests into cache hits and misses; build the bit vector.
   BitLayout layout(sets.size(), config_.cache_capacity);
   std::vector<uint64_t> bits(layout.total_words, ~uint64_t(0));
@@ -97,7 +98,7 @@ bool Runtime::runRound(bool* had_work) {
     int64_t hit_count = 0, miss_count = 0;
     for (auto& q : set.queue.popNew()) {
       if (q.op == OpType::kJoin) set.joined = true;
-      int slot = set.cache.lookup(q);
+      int slot = cache_on_ ? set.cache.lookup(q) : -1;
       (slot >= 0 ? hit_count : miss_count) += 1;
       if (tl) {
         tl->dequeued(set.id, q.op, q.name);
@@ -108,7 +109,7 @@ bool Runtime::runRound(bool* had_work) {
         set.hits.push_back(CacheHit{slot, std::move(q), now});
         continue;
       }
-      int stale = set.cache.slotOfName(q.name);
+      int stale = cache_on_ ? set.cache.slotOfName(q.name) : -1;
       if (stale >= 0) clearBit(bits, layout.validSlot(i, stale));
       misses[i].push_back(std::move(q));
     }
@@ -170,7 +171,7 @@ bool Runtime::runRound(bool* had_work) {
     // The cache learns this round's agreements, in agreed order, before execution takes the
     // entries (every member holds an identical request for each). A hit still waiting for
     // a slot that gets replaced is negotiated in full next round.
-    if (!someone_joined) {
+    if (!someone_joined && cache_on_) {
       for (int slot : ready) set.cache.touch(slot);
       for (size_t k = first_negotiated; k < responses.size(); ++k) {
         const Response& r = responses[k];
@@ -225,6 +226,19 @@ bool Runtime::runRound(bool* had_work) {
     return false;
   }
   return true;
+}
+
+void Runtime::followCacheSetting(const std::vector<std::shared_ptr<ProcessSet>>& sets) {
+  // Autotune switched the cache in the last round, at the same round on every rank: now,
+  // before any rank builds its bits, every rank empties its caches (identically) and sends
+  // its waiting hits to full negotiation. A cache switched back on starts empty.
+  if (cache_on_ == tuned_.cache) return;
+  cache_on_ = tuned_.cache;
+  for (const auto& set : sets) {
+    if (!set->member()) continue;
+    dropHits(*set, set->demoted, [](const CacheHit&) { return true; });
+    set->cache.clear();
+  }
 }
 
 std::string Runtime::exchangeLeaveNotes(ProcessSet& global, const std::string& mine) {

@@ -6,12 +6,15 @@
 #      the shm backend's threads-as-ranks tests.
 # No torch extension, no NCCL, no bench: only the targets those tests need. Exits non-zero
 # when a test fails or any sanitizer report appears in any process's output.
-# Environment: SANITIZE_JOBS (build and ctest parallelism, default 2), SANITIZE_ONLY=asan|tsan.
+# Environment: SANITIZE_JOBS (build and ctest parallelism, default 2), SANITIZE_ONLY=asan|tsan,
+# SANITIZE_STEP=build|test (default both: build, then test; scripts/test.sh builds while the
+# regular suite runs, then tests).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 jobs=${SANITIZE_JOBS:-2}
 only=${SANITIZE_ONLY:-}
+step=${SANITIZE_STEP:-}
 start=$(date +%s)
 
 configure() {  # dir sanitizer
@@ -44,14 +47,36 @@ export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$root/
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 status=0
 
+build() {  # dir target...
+  local dir=$1
+  shift
+  nice -n 10 cmake --build "$dir" -j "$jobs" --target "$@" >"$dir/build.log" 2>&1 ||
+    { tail -50 "$dir/build.log"; exit 1; }
+}
+
+integ=$(cd test/integration && sed -n 's/^set(_integ_binaries \(.*\))/\1/p' CMakeLists.txt)
+asan_targets="tutti tuttirun tutti_unit_test tutti_c_api_fuzz integ_failure integ_shm tutti_slurm_unit"
+for b in $integ; do asan_targets="$asan_targets integ_$b"; done
+tsan_targets="tutti tutti_unit_test tutti_shm_test"
+# The test step alone still brings the trees up to date (a no-op after the build step).
 if [[ -z "$only" || "$only" == asan ]]; then
   echo "== sanitize: ASan + UBSan build (build-asan/)"
-  configure build-asan address
-  integ=$(cd test/integration && sed -n 's/^set(_integ_binaries \(.*\))/\1/p' CMakeLists.txt)
-  targets="tutti tuttirun tutti_unit_test tutti_c_api_fuzz integ_failure integ_shm tutti_slurm_unit"
-  for b in $integ; do targets="$targets integ_$b"; done
-  nice -n 10 cmake --build build-asan -j "$jobs" --target $targets >build-asan/build.log 2>&1 ||
-    { tail -50 build-asan/build.log; exit 1; }
+  [[ "$step" == test && -f build-asan/CMakeCache.txt ]] || configure build-asan address
+  # shellcheck disable=SC2086  # a list of targets
+  build build-asan $asan_targets
+fi
+if [[ -z "$only" || "$only" == tsan ]]; then
+  echo "== sanitize: TSan build (build-tsan/) ($(( $(date +%s) - start )) s so far)"
+  [[ "$step" == test && -f build-tsan/CMakeCache.txt ]] || configure build-tsan thread
+  # shellcheck disable=SC2086
+  build build-tsan $tsan_targets
+fi
+if [[ "$step" == build ]]; then
+  echo "== sanitize: built in $(( $(date +%s) - start )) s"
+  exit 0
+fi
+
+if [[ -z "$only" || "$only" == asan ]]; then
   echo "== sanitize: ASan + UBSan tests ($(( $(date +%s) - start )) s so far)"
   # Every integration binary at 2 ranks under each launcher (the 1-4 rank sweep is the
   # regular suite's; under ASan it would not fit the CI budget), the fuzz test at 1 and 3.
@@ -63,10 +88,6 @@ if [[ -z "$only" || "$only" == asan ]]; then
 fi
 
 if [[ -z "$only" || "$only" == tsan ]]; then
-  echo "== sanitize: TSan build (build-tsan/)"
-  configure build-tsan thread
-  nice -n 10 cmake --build build-tsan -j "$jobs" --target tutti tutti_unit_test tutti_shm_test >build-tsan/build.log 2>&1 ||
-    { tail -50 build-tsan/build.log; exit 1; }
   echo "== sanitize: TSan tests ($(( $(date +%s) - start )) s so far)"
   run_tests build-tsan '^(unit|shm\.ops)$' || status=1
 fi

@@ -8,13 +8,30 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 CMAKE_ARGS="-DTUTTI_TEST_PACKAGING=ON ${CMAKE_ARGS:-}" bash scripts/build.sh
+# Sanitizers: ASan+UBSan build of the unit, integration and fuzz tests, TSan build of the unit
+# tests (docs/testing.md). TUTTI_SANITIZE=0 leaves the stage out. Their trees build while the
+# regular suite runs, at the lowest priority: the compiler gets the CPU time the tests leave
+# idle (waits on deadlines, peers and sshd) and almost none while a test computes.
+sanitize=${TUTTI_SANITIZE:-1}
+sanitize_build=""
+if [ "$sanitize" != 0 ]; then
+  SANITIZE_STEP=build setsid nice -n 19 bash scripts/sanitize.sh > build-sanitize.log 2>&1 &
+  sanitize_build=$!
+  trap '[ -z "$sanitize_build" ] || kill -- "-$sanitize_build" 2>/dev/null || true' EXIT
+fi
+rc=0
 (
   cd "${BUILD_DIR:-build}"
   # Multi-rank tests declare PROCESSORS; -j2 runs single-rank tests side by side only.
   ctest --output-on-failure --timeout 600 -j "${CTEST_JOBS:-2}"
-)
-# Sanitizers: ASan+UBSan build of the unit, integration and fuzz tests, TSan build of the unit
-# tests (docs/testing.md). TUTTI_SANITIZE=0 leaves the stage out.
-if [ "${TUTTI_SANITIZE:-1}" != 0 ]; then
-  bash scripts/sanitize.sh
+) || rc=$?
+if [ "$sanitize" != 0 ]; then
+  if [ "$rc" != 0 ]; then exit "$rc"; fi  # the trap stops the sanitizer build
+  build_rc=0
+  wait "$sanitize_build" || build_rc=$?
+  sanitize_build=""
+  cat build-sanitize.log
+  [ "$build_rc" = 0 ] || exit "$build_rc"
+  SANITIZE_STEP=test bash scripts/sanitize.sh
 fi
+exit "$rc"

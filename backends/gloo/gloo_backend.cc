@@ -33,6 +33,16 @@ class GlooBackend : public Backend {
   explicit GlooBackend(std::unique_ptr<GlooGroup> group) : group_(std::move(group)) {}
 
   const char* name() const override { return "gloo"; }
+  const char* algorithm(OpType op, int64_t) const override {
+    switch (op) {
+      case OpType::kAllreduce: return "ring";
+      case OpType::kAllgather: return "ring";
+      case OpType::kBroadcast: return "tree";
+      case OpType::kAlltoall: return "direct point-to-point";
+      case OpType::kReducescatter: return "ring allreduce, keep own block";
+      default: return "dissemination";
+    }
+  }
   int rank() const override { return group_->rank(); }
   int size() const override { return group_->size(); }
 

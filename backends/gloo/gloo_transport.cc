@@ -8,9 +8,12 @@
 //     transports this process has made (init after shutdown makes a new one; init is
 //     collective, so t is the same on every rank) and n how often this transport connected
 //     that set and plane (the same on every member): stale addresses are never read.
+//     In an elastic job the generation's number takes t's place ("tutti/e<g>/..."): its
+//     workers joined it after different numbers of transports (backends/elastic.h).
 //  4. A timeout, a dead peer or abort() in any group poisons every group of the transport.
 #include "backends/gloo/gloo_transport.h"
 
+#include "backends/gloo/elastic_join.h"
 #include "backends/gloo/gloo_backend.h"
 #include "backends/gloo/gloo_group.h"
 #include "backends/gloo/rendezvous_client.h"
@@ -89,7 +92,8 @@ class GlooTransport : public Transport {
       : config_(config),
         rank_(config.topology.rank),
         size_(config.topology.size),
-        generation_(transports_made++) {
+        generation_(transports_made++),
+        tag_("t" + std::to_string(generation_)) {
     ignoreSigpipe();
     if (rank_ < 0 || rank_ >= size_)
       throwError(StatusCode::kInvalidArgument, "gloo: rank " + std::to_string(rank_) +
@@ -111,6 +115,12 @@ class GlooTransport : public Transport {
       store_ = std::make_unique<detail::RendezvousClient>(
           host, port, detail::decodeHexSecret(config.secret), config.start_timeout_seconds,
           rank_);
+      if (!config.elastic.id.empty()) {
+        const auto seat = detail::joinElasticGeneration(*store_, config.elastic);
+        rank_ = seat.rank;
+        size_ = seat.size;
+        tag_ = "e" + std::to_string(seat.generation);
+      }
     }
     gloo::transport::tcp::attr attr;
     if (!config.gloo_iface.empty()) {
@@ -154,7 +164,7 @@ class GlooTransport : public Transport {
     const int group_rank = static_cast<int>(me - ranks.begin());
     const int group_size = static_cast<int>(ranks.size());
     const int epoch = epochs_[{id, plane}]++;
-    const std::string prefix = "tutti/t" + std::to_string(generation_) + "/ps" +
+    const std::string prefix = "tutti/" + tag_ + "/ps" +
                                std::to_string(id) + "/" + plane + "/" + std::to_string(epoch);
     auto context = std::make_shared<gloo::rendezvous::Context>(group_rank, group_size);
     const auto timeout = std::chrono::milliseconds(
@@ -182,8 +192,9 @@ class GlooTransport : public Transport {
   }
 
   const Config config_;
-  const int rank_, size_;
-  const int generation_;
+  int rank_, size_;         // an elastic worker's from its seat (set once, in the constructor)
+  const int generation_;    // transports this process made before this one
+  std::string tag_;         // of its keys: "t<generation_>" or "e<elastic generation>"
   std::unique_ptr<detail::RendezvousServer> server_;  // rank 0 under srun; outlives store_
   std::unique_ptr<detail::RendezvousClient> store_;
   std::shared_ptr<gloo::transport::Device> device_;

@@ -94,6 +94,7 @@ class LoopbackBackend : public Backend, private Member {
  public:
   using Member::Member;
   const char* name() const override { return "loopback"; }
+  const char* algorithm(OpType, int64_t) const override { return "in-process copy"; }
   bool supports(OpType, DataType, DeviceType device) const override {
     return device == DeviceType::kCpu;
   }

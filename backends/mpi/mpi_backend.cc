@@ -85,6 +85,17 @@ class MpiBackend : public Backend, private MpiMember {
  public:
   using MpiMember::MpiMember;
   const char* name() const override { return "mpi"; }
+  const char* algorithm(OpType op, int64_t bytes) const override {
+    switch (op) {  // Open MPI's coll component picks the algorithm inside each call
+      case OpType::kAllreduce:
+        return bytes >= kBlockingAllreduceBytes ? "MPI_Allreduce" : "MPI_Iallreduce";
+      case OpType::kAllgather: return "MPI_Iallgatherv";
+      case OpType::kBroadcast: return "MPI_Ibcast";
+      case OpType::kAlltoall: return "MPI_Isend/MPI_Irecv pairs";
+      case OpType::kReducescatter: return "MPI_Ireduce_scatter";
+      default: return "MPI_Ibarrier";
+    }
+  }
   bool supports(OpType, DataType, DeviceType device) const override {
     return device == DeviceType::kCpu;
   }

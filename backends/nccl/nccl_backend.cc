@@ -33,6 +33,16 @@ class NcclBackend final : public Backend {
   }
 
   const char* name() const override { return "nccl"; }
+  const char* algorithm(OpType op, int64_t) const override {
+    switch (op) {  // NCCL picks ring, tree or NVLS inside each call (NCCL_ALGO)
+      case OpType::kAllreduce: return "ncclAllReduce";
+      case OpType::kAllgather: return "ncclAllGather (ncclBroadcast per member if uneven)";
+      case OpType::kBroadcast: return "ncclBroadcast";
+      case OpType::kAlltoall: return "ncclSend/ncclRecv group";
+      case OpType::kReducescatter: return "ncclReduceScatter (ncclReduce per member if uneven)";
+      default: return "ncclAllReduce of one int";
+    }
+  }
   bool supports(OpType op, DataType dtype, DeviceType device) const override {
     return detail::ncclSupports(op, dtype, device, comm_->version());
   }

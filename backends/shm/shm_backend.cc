@@ -65,6 +65,17 @@ class ShmBackend : public Backend {
   }
   int rank() const override { return seg_->rank(); }
   int size() const override { return seg_->size(); }
+  const char* algorithm(OpType op, int64_t bytes) const override {
+    switch (op) {
+      case OpType::kAllreduce:
+        return bytes <= std::min(kSmallBytes, seg_->bufferBytes()) ? "shm one-round"
+                                                                   : "shm reduce-scatter+allgather";
+      case OpType::kReducescatter: return "shm regions, each member reduces its own";
+      case OpType::kAlltoall: return "shm regions, counts first";
+      case OpType::kBarrier: return "shm round";
+      default: return "shm slots";
+    }
+  }
 
   void allreduce(const void* in, void* out, int64_t n, DataType dtype, ReduceOp op,
                  Deadline deadline) override {

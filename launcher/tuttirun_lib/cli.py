@@ -103,6 +103,27 @@ def make_parser():
     p.add_argument("--verbose", action="store_true", help="print what is started")
     p.add_argument("--dry-run", action="store_true",
                    help="print the plan (or the mpirun command) without starting anything")
+    el = p.add_argument_group("elastic jobs (docs/elastic.md); any of these makes the job "
+                              "elastic")
+    el.add_argument("--min-np", "--min-num-proc", type=int, metavar="N",
+                    help="fewest workers the job runs with (default: -np)")
+    el.add_argument("--max-np", "--max-num-proc", type=int, metavar="N",
+                    help="most workers the job grows to (default: every free slot)")
+    el.add_argument("--host-discovery-script", metavar="SCRIPT",
+                    help="prints the usable hosts, one 'host:slots' (or 'host') per line; "
+                         "run every --discovery-interval seconds")
+    el.add_argument("--slots", "--slots-per-host", type=int, metavar="N",
+                    help="slots of a discovered host that names none (default 1)")
+    el.add_argument("--elastic-timeout", type=float, default=600.0, metavar="S",
+                    help="how long the job waits with fewer than --min-np workers before it "
+                         "fails (default 600)")
+    el.add_argument("--reset-limit", type=int, metavar="N",
+                    help="fail after N new generations (worker failures, host changes)")
+    el.add_argument("--blacklist-cooldown-range", type=float, nargs=2, metavar=("MIN", "MAX"),
+                    help="seconds a host whose worker failed gets no workers: MIN, doubling "
+                         "with each failure there up to MAX (default 60 600)")
+    el.add_argument("--discovery-interval", type=float, default=1.0, metavar="S",
+                    help="seconds between runs of the discovery script (default 1)")
     add_horovodrun_flags(p)
     p.add_argument("command", nargs=argparse.REMAINDER)
     return p
@@ -285,6 +306,44 @@ def run_gloo(args, host_list, env):
     return code
 
 
+def is_elastic(args):
+    return any(v is not None for v in (args.min_np, args.max_np, args.host_discovery_script,
+                                       args.reset_limit, args.blacklist_cooldown_range))
+
+
+def run_gloo_elastic(args, host_list, env):
+    from .elastic import ElasticError, discover, run_elastic
+    if args.mpi:
+        fail("elastic jobs run over gloo; drop --mpi")
+    try:
+        if args.host_discovery_script:
+            first = discover(args.host_discovery_script, args.slots or 1, 30.0)
+        else:
+            first = host_list or [("localhost", args.np)]
+    except ElasticError as e:
+        fail(str(e), 1)
+    remote = [h for h, _ in first if not hostlib.is_local(h)]
+    if args.nics:
+        address = hostlib.interface_address(args.nics[0])
+    elif remote:
+        address = hostlib.address_toward(remote[0])
+    else:
+        address = "127.0.0.1"
+    if args.dry_run:
+        print("tuttirun: elastic job, rendezvous at %s, hosts now: %s" % (
+            address, ", ".join("%s:%d" % h for h in first)))
+        return 0
+    secret = secrets.token_hex(32)
+    server = RendezvousServer(bytes.fromhex(secret), host=address)
+    env = dict(env, TUTTI_CPU_OPERATIONS="gloo", TUTTI_RENDEZVOUS_ADDR=address,
+               TUTTI_RENDEZVOUS_PORT=str(server.port))
+    try:
+        return run_elastic(args, env, secret, server, OutputForwarder(args.output_filename))
+    except ElasticError as e:
+        server.stop()
+        fail(str(e), 1)
+
+
 def main(argv=None, lib_dir=None):
     args = make_parser().parse_args(argv)
     lib_dir = lib_dir or os.path.dirname(os.path.abspath(__file__))
@@ -315,6 +374,8 @@ def main(argv=None, lib_dir=None):
         else:
             host_list = None
         env = settings_env(args)
+        if is_elastic(args):
+            return run_gloo_elastic(args, host_list, env)
         if args.mpi:
             return run_mpi(args, host_list, env)
         return run_gloo(args, host_list or [("localhost", args.np)], env)

@@ -15,13 +15,6 @@ ACCEPTED = [
 
 # Flags of work not built yet: (flags, number of values, what, where to look).
 NOT_YET = [
-    (["--min-np", "--min-num-proc"], 1, "elastic training", "issue 15"),
-    (["--max-np", "--max-num-proc"], 1, "elastic training", "issue 15"),
-    (["--host-discovery-script"], 1, "elastic training", "issue 15"),
-    (["--slots", "--slots-per-host"], 1, "elastic training", "issue 15"),
-    (["--elastic-timeout"], 1, "elastic training", "issue 15"),
-    (["--reset-limit"], 1, "elastic training", "issue 15"),
-    (["--blacklist-cooldown-range"], 2, "elastic training", "issue 15"),
     (["--hierarchical-allreduce"], 0, "hierarchical allreduce", "issue 12"),
     (["--hierarchical-allgather"], 0, "hierarchical allgather", "issue 12"),
     (["--torus-allreduce"], 0, "torus allreduce", "docs/launcher.md"),

@@ -153,6 +153,14 @@ class RendezvousServer:
         with self._cond:
             return list(self._store)
 
+    def put(self, key, value):
+        """SET from the launcher itself (the elastic driver publishes generations so)."""
+        self._execute(OP_SET, key, value, 0)
+
+    def add(self, key, delta):
+        """ADD from the launcher itself; returns the new value."""
+        return struct.unpack("<q", self._execute(OP_ADD, key, struct.pack("<q", delta), 0)[1])[0]
+
     def _accept_loop(self):
         sel = selectors.DefaultSelector()
         sel.register(self._listener, selectors.EVENT_READ)

@@ -3,10 +3,11 @@ its own host name and sshd), over gloo (tuttirun) and MPI (tuttirun --mpi, i.e. 
 ssh): per-rank topology for even, uneven and repeated-name layouts, the integration suite
 and the example trainer across hosts, the environment following the ranks, and faults (a
 remote rank killed with SIGKILL, a host whose link goes down mid-job): the job ends within
-its deadline naming the peer, the launcher exits non-zero, and nothing is left on any host.
+its deadline naming the peer, the launcher exits non-zero, and nothing is left on any host;
+an elastic job instead drops and blacklists the host whose link went down and goes on.
 
 Needs root, iproute2 and openssh-server; skipped (exit code 77 for CTest) without them.
-Environment (set by CTest): TUTTIRUN, PROBE, INTEG_DIR, TRAINER.
+Environment (set by CTest): TUTTIRUN, PROBE, INTEG_DIR, TRAINER, ELASTIC_TRAINER.
 """
 import os
 import re
@@ -24,6 +25,7 @@ TUTTIRUN = os.environ.get("TUTTIRUN", "tuttirun")
 PROBE = os.environ.get("PROBE", "")
 INTEG_DIR = os.environ.get("INTEG_DIR", "")
 TRAINER = os.environ.get("TRAINER", "")
+ELASTIC_TRAINER = os.environ.get("ELASTIC_TRAINER", "")
 SKIP_CODE = 77
 DEADLINE = 8  # TUTTI_TIMEOUT_SECONDS in the fault tests
 H = ["tutti-h1", "tutti-h2", "tutti-h3"]
@@ -276,6 +278,45 @@ class FaultTest(MultiHostCase):
                 self.assert_nothing_left(within=15)
                 print("link down under %s, TUTTI_TIMEOUT_SECONDS=%d: tuttirun ended %.1f s "
                       "later with code %d" % (mode, deadline, took, rc), file=sys.stderr)
+
+
+class ElasticTest(MultiHostCase):
+    """An elastic job (docs/elastic.md) on tutti-h1 and tutti-h2, the C++ elastic example."""
+
+    @unittest.skipUnless(ELASTIC_TRAINER, "ELASTIC_TRAINER (examples/cpp/elastic_trainer.cc) "
+                                          "not built")
+    def test_host_whose_link_goes_down_is_dropped_and_blacklisted(self):
+        args = ["-np", "4", "--min-np", "2", "--blacklist-cooldown-range", "300", "300",
+                "-H", "tutti-h1:2,tutti-h2:2", ELASTIC_TRAINER, "--steps", "400",
+                "--step-ms", "50"]
+        proc = subprocess.Popen([TUTTIRUN] + args, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                                env=job_env(TUTTI_TIMEOUT_SECONDS="4",
+                                            TUTTI_START_TIMEOUT_SECONDS="20"))
+        lines = []
+        end = time.monotonic() + 60
+        while time.monotonic() < end and not any("generation 0:" in l for l in lines):
+            line = proc.stdout.readline()
+            if not line:
+                break
+            lines.append(line)
+        time.sleep(3)  # the workers connect and train a little
+        hosts("link", "tutti-h2", "down")
+        try:
+            try:
+                out, _ = proc.communicate(timeout=120)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, 9)
+                out, _ = proc.communicate()
+            out = "".join(lines) + out
+        finally:
+            hosts("link", "tutti-h2", "up")
+        self.assertEqual(proc.returncode, 0, out)
+        self.assertRegex(out, r"ssh exited with code 255 .*; host tutti-h2 blacklisted", out)
+        self.assertRegex(out, r"generation 1: 2 worker\(s\) \(w\d rank 0 on tutti-h1, "
+                              r"w\d rank 1 on tutti-h1\)", out)
+        self.assertEqual(out.count("of 2 (generation 1): step 400"), 2, out)
+        self.assert_nothing_left(within=20)
 
 
 def main():

@@ -104,7 +104,7 @@ class KilledJobTimeline(unittest.TestCase):
     """A 4-rank job, rank 2 SIGKILLed at step 8: every rank's file is readable, the merged
     trace loads, and each op shows its phases, aligned across ranks on the job clock."""
 
-    def check_job(self, cmd, env, backend):
+    def check_job(self, cmd, env, backend, algorithms):
         tmp = tempfile.mkdtemp(prefix="tutti-observe-")
         try:
             tl = os.path.join(tmp, "tl") + "/"
@@ -135,6 +135,10 @@ class KilledJobTimeline(unittest.TestCase):
                 self.assertGreaterEqual(len(spans(tensor_rows["broadcast.weights"],
                                                   backend + "_BROADCAST")), done_steps)
                 self.assertTrue(any(e.get("name") == "ROUND" for e in per_rank[r]))
+                # The backend call names its algorithm.
+                used = {e["args"].get("algorithm") for e in tensor_rows["allreduce.grad.a"]
+                        if e.get("name") == backend + "_ALLREDUCE" and e["ph"] in "BX"}
+                self.assertTrue(used and used <= algorithms, (r, used))
             self.assertTrue(any(e.get("name") == "REQUEST" for e in per_rank[0]))
             # One clock: the k-th allreduce of grad.b is one collective, so every rank was
             # inside it at one moment (no rank can leave before the last one entered).
@@ -154,12 +158,14 @@ class KilledJobTimeline(unittest.TestCase):
     @unittest.skipUnless(TUTTIRUN, "no tuttirun")
     def test_tuttirun_gloo(self):  # shm off: gloo's own calls
         self.check_job(lambda tl: [TUTTIRUN, "-np", str(NP), "--gloo", PYTHON, JOB, str(STEPS),
-                                   str(VICTIM), str(KILL_STEP)], {"TUTTI_SHM": "0"}, "GLOO")
+                                   str(VICTIM), str(KILL_STEP)], {"TUTTI_SHM": "0"}, "GLOO",
+                       {"ring"})
 
     @unittest.skipUnless(MPIRUN, "no MPI")
     def test_mpirun(self):  # one host: the shm backend serves the ops
         self.check_job(lambda tl: mpirun(NP, [PYTHON, JOB, str(STEPS), str(VICTIM),
-                                              str(KILL_STEP)]), MPI_ENV, "SHM")
+                                              str(KILL_STEP)]), MPI_ENV, "SHM",
+                       {"shm one-round", "shm reduce-scatter+allgather"})
 
 
 @unittest.skipUnless(TUTTIRUN, "no tuttirun")
@@ -224,22 +230,27 @@ class Autotune(unittest.TestCase):
                 {"TUTTI_LOG_LEVEL": "debug", "TUTTI_AUTOTUNE_WINDOW_SECONDS": "0.05",
                  "TUTTI_AUTOTUNE_WARMUP_WINDOWS": "1", "TUTTI_AUTOTUNE_SAMPLES": "1"})
             self.assertEqual(code, 0, err[-3000:])
-            m = re.search(r"\[tutti info rank 0\] autotune: done after 22 windows: fusion "
-                          r"threshold (\d+) bytes, cycle time ([\d.]+) ms", err)
+            m = re.search(r"\[tutti info rank 0\] autotune: done after 26 windows: fusion "
+                          r"threshold (\d+) bytes, cycle time ([\d.]+) ms, cache (on|off)", err)
             self.assertTrue(m, err[-3000:])
             self.assertGreaterEqual(int(m.group(1)), 1 << 20)  # 4 KiB fuses nothing here
             with open(csv) as f:
                 lines = f.read().splitlines()
-            self.assertEqual(lines[0], "window,stage,fusion_threshold,cycle_time_ms,"
-                                       "bytes_per_second,scored")
-            self.assertEqual(len(lines), 1 + 22 + 1)
-            self.assertTrue(lines[-1].startswith("22,done,%s," % m.group(1)), lines[-1])
-            self.assertTrue(lines[1].startswith("1,warmup,4096,20,"), lines[1])
+            self.assertEqual(lines[0], "window,stage,fusion_threshold,cycle_time_ms,cache,"
+                                       "hierarchical,bytes_per_second,scored")
+            self.assertEqual(len(lines), 1 + 26 + 1)
+            self.assertTrue(lines[-1].startswith("26,done,%s," % m.group(1)), lines[-1])
+            self.assertTrue(lines[1].startswith("1,warmup,4096,20,1,-1,"), lines[1])
+            # The cache was tried off (and the job kept giving right answers meanwhile:
+            # throughput.py checks every result).
+            self.assertTrue(any(",cache," in l and l.split(",")[4] == "0" for l in lines), lines)
             # Every change reached both ranks in the same round.
             changes = {r: re.findall(r"\[tutti debug rank %d\] autotune: (fusion threshold "
-                                     r"\d+ bytes, cycle time [\d.]+ ms from round \d+)" % r, err)
+                                     r"\d+ bytes, cycle time [\d.]+ ms, cache o\w+ from round "
+                                     r"\d+)" % r, err)
                        for r in (0, 1)}
             self.assertGreaterEqual(len(changes[0]), 5)
+            self.assertTrue(any("cache off" in c for c in changes[0]), changes[0])
             self.assertEqual(changes[0], changes[1])
         finally:
             shutil.rmtree(tmp, ignore_errors=True)

@@ -14,9 +14,14 @@ import tutti.torch as hvd
 
 def test_version_and_not_built_names():
     assert isinstance(hvd.__version__, str) and hvd.__version__
-    for name in ("elastic", "SyncBatchNorm"):
-        with pytest.raises(NotImplementedError, match="docs/pytorch.md"):
-            getattr(hvd, name)
+    with pytest.raises(NotImplementedError, match="docs/pytorch.md"):
+        hvd.SyncBatchNorm  # noqa: B018
+    # Elastic training's names, where horovod.torch has them (docs/elastic.md).
+    from tutti.torch.elastic import HorovodInternalError, HostsUpdatedInterrupt
+    assert HorovodInternalError is hvd.HorovodInternalError
+    assert HostsUpdatedInterrupt is hvd.HostsUpdatedInterrupt
+    for name in ("run", "State", "ObjectState", "TorchState", "ElasticSampler"):
+        assert callable(getattr(hvd.elastic, name))
     with pytest.raises(AttributeError):
         hvd.no_such_name  # noqa: B018
 

@@ -99,6 +99,19 @@ TEST_CASE("rank and size come from tuttirun, then Open MPI, then Slurm") {
   CHECK((t.source == "single process" && t.rank == 0 && t.size == 1));
 }
 
+TEST_CASE("an elastic worker's rank and size come from the rendezvous, not the environment") {
+  Env env = {{"TUTTI_ELASTIC_WORKER", "w7"}, {"TUTTI_ELASTIC_GENERATION", "3"},
+             {"TUTTI_ELASTIC_TIMEOUT", "45"}, {"TUTTI_RANK", "1"}, {"TUTTI_SIZE", "4"}};
+  Config c = parseConfig(&env);
+  CHECK(c.topology.source == "tuttirun elastic");
+  CHECK((c.elastic.id == "w7" && c.elastic.first_generation == 3 &&
+         c.elastic.timeout_seconds == 45));
+  env["TUTTI_ELASTIC_TIMEOUT"] = "soon";
+  CHECK_THROWS_WITH(parseConfig(&env), Catch::Contains("TUTTI_ELASTIC_TIMEOUT='soon'"));
+  Env plain = {{"TUTTI_RANK", "1"}, {"TUTTI_SIZE", "4"}};
+  CHECK(parseConfig(&plain).elastic.id.empty());
+}
+
 TEST_CASE("the secret can come from a file") {
   std::string path = "/tmp/tutti_config_test_secret";
   std::ofstream(path) << "abcdef0123\n";

@@ -101,6 +101,20 @@ const char* tutti_dtype_name(tutti_dtype_t dtype);
 int tutti_backend_built(const char* name); /* "mpi", "gloo", "nccl": 1 if compiled in */
 const char* tutti_cpu_backend(void);       /* backend in use after init, e.g. "mpi" */
 
+/* ---- elastic jobs (docs/elastic.md) ---- */
+/* 1 when `status` is a failure this process recovers from in an elastic job: the job failed
+ * under it (TUTTI_ERR_ABORTED, _BACKEND or _TIMEOUT: a peer died or left, a connection or a
+ * deadline failed); restore the last committed state, tutti_shutdown(), tutti_init() (which
+ * joins the launcher's next generation) and sync. 0 otherwise, and always outside an elastic
+ * job. */
+int tutti_status_recoverable(tutti_status_t status);
+/* *updated = 1 when the launcher has published a newer world than the one this process joined
+ * (hosts added or removed; it asks the launcher's rendezvous server). TUTTI_ERR_UNSUPPORTED
+ * outside an elastic job. */
+tutti_status_t tutti_hosts_updated(int* updated);
+/* The generation (world) this process joined last; -1 before init and outside elastic jobs. */
+int64_t tutti_elastic_generation(void);
+
 /* ---- collectives on flat buffers (process set 0) ---- */
 tutti_status_t tutti_allreduce_async(const char* name, const void* input, void* output,
                                      int64_t count, tutti_dtype_t dtype, tutti_reduce_op_t op,

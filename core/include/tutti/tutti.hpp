@@ -166,6 +166,17 @@ Status stopTimeline();
 // Empty before init.
 std::vector<std::pair<std::string, int64_t>> stats();
 
+// Elastic jobs (docs/elastic.md). isRecoverable: in an elastic job, a failure that leaves
+// this process able to go on after shutdown() and init() (which joins the launcher's next
+// generation): the job failed under it (a peer died or left, a connection or a deadline
+// failed: kAborted, kBackend, kTimeout). Always false outside an elastic job.
+bool isRecoverable(const Status& status);
+// Whether the launcher has published a newer world than the one this process joined (hosts
+// added or removed): then shutdown(), init() and sync the state. kUnsupported outside an
+// elastic job.
+Status hostsUpdated(bool* updated);
+int64_t elasticGeneration();  // the generation this process joined last; -1 if none
+
 bool backendBuilt(const std::string& name);  // "mpi", "gloo", "nccl"
 std::string cpuBackend();
 const char* dataTypeName(DataType dtype);

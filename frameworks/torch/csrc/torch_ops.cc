@@ -70,6 +70,9 @@ void raiseStatusError(const StatusError& error) {
     PyObject_SetAttrString(instance, "code", code);
     Py_DECREF(code);
   }
+  // An elastic job goes on after it (tutti.torch.elastic.run; docs/elastic.md).
+  const bool recoverable = tutti::isRecoverable(Status(error.code(), ""));
+  PyObject_SetAttrString(instance, "recoverable", recoverable ? Py_True : Py_False);
   PyErr_SetObject(cls, instance);
   Py_DECREF(instance);
 }
@@ -323,6 +326,17 @@ void shutdown() {
   check(status);
 }
 
+bool hostsUpdated() {
+  bool updated = false;
+  Status status;
+  {
+    py::gil_scoped_release release;  // asks the launcher's rendezvous server
+    status = tutti::hostsUpdated(&updated);
+  }
+  check(status);
+  return updated;
+}
+
 void startTimeline(const std::string& path, bool mark_cycles) {
   check(tutti::startTimeline(path, mark_cycles));
 }
@@ -385,6 +399,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("start_timeline", &startTimeline, py::arg("path"), py::arg("mark_cycles"));
   m.def("stop_timeline", &stopTimeline);
   m.def("stats", &tutti::stats);
+  m.def("hosts_updated", &hostsUpdated);
+  m.def("elastic_generation", &tutti::elasticGeneration);
 
   m.def("allreduce_async", &allreduceAsync, py::arg("name"), py::arg("input"),
         py::arg("output"), py::arg("op"), py::arg("prescale"), py::arg("postscale"),

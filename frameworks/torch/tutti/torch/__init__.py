@@ -31,12 +31,12 @@ from tutti.torch.autograd import (
 from tutti.torch.functions import (
     allgather_object, broadcast_object, broadcast_optimizer_state, broadcast_parameters)
 from tutti.torch.optimizer import DistributedOptimizer
+from tutti.torch import elastic  # noqa: E402  (docs/elastic.md)
+from tutti.torch.elastic import HostsUpdatedInterrupt
 
 # horovod.torch names Tutti does not provide yet: using one raises NotImplementedError
 # that says what to do instead, never AttributeError.
 _NOT_BUILT = {
-    "elastic": "elastic training (hvd.elastic) is not implemented by Tutti; restart the job "
-               "from a checkpoint instead",
     "SyncBatchNorm": "hvd.SyncBatchNorm is not implemented by Tutti; use "
                      "torch.nn.BatchNorm* (per-rank statistics) or allreduce the statistics "
                      "yourself with hvd.allreduce",
@@ -59,11 +59,12 @@ __all__ = [
     "broadcast_async_", "broadcast_object", "broadcast_optimizer_state",
     "broadcast_parameters", "ccl_built", "Compression", "cpu_backend", "cross_rank",
     "cross_size", "cuda_built", "ddl_built", "DistributedOptimizer", "DuplicateNameError",
+    "elastic",
     "global_process_set", "gloo_built", "gloo_enabled",
     "grouped_allgather", "grouped_allgather_async", "grouped_allreduce",
     "grouped_allreduce_", "grouped_allreduce_async", "grouped_allreduce_async_",
     "grouped_reducescatter", "grouped_reducescatter_async", "Handle",
-    "HorovodInternalError", "init", "is_homogeneous", "is_initialized", "join", "local_rank",
+    "HorovodInternalError", "HostsUpdatedInterrupt", "init", "is_homogeneous", "is_initialized", "join", "local_rank",
     "local_size", "Max", "Min", "mpi_built", "mpi_enabled", "mpi_threads_supported",
     "nccl_built", "nccl_enabled", "poll", "ProcessSet", "Product", "rank", "reducescatter",
     "reducescatter_async", "remove_process_set", "rocm_built", "shutdown", "size",

@@ -1,0 +1,17 @@
+// A build without the gloo transport has no elastic jobs (backends/elastic.h).
+#include "backends/elastic.h"
+
+#include "core/common.h"
+
+namespace tutti {
+
+bool elasticJob() { return false; }
+
+int64_t elasticGeneration() { return -1; }
+
+bool elasticHostsUpdated(const Config&) {
+  throwError(StatusCode::kUnsupported,
+             "elastic jobs need the gloo transport, which this build of Tutti lacks");
+}
+
+}  // namespace tutti

@@ -1,0 +1,37 @@
+// The C++ API of elastic jobs (tutti.hpp; docs/elastic.md): the recoverable-failure test and
+// the host-update query. The generations themselves are joined at init by the gloo transport,
+// which also defines elasticGeneration() (backends/elastic.h).
+#include "backends/elastic.h"
+#include "core/common.h"
+#include "core/config.h"
+
+#include <tutti/tutti.hpp>
+
+namespace tutti {
+
+bool isRecoverable(const Status& status) {
+  if (!elasticJob()) return false;
+  switch (status.code()) {
+    case StatusCode::kAborted:
+    case StatusCode::kBackend:
+    case StatusCode::kTimeout:
+      return true;
+    default:
+      return false;
+  }
+}
+
+Status hostsUpdated(bool* updated) {
+  if (updated == nullptr)
+    return Status(StatusCode::kInvalidArgument, "hostsUpdated: updated is null");
+  *updated = false;
+  try {
+    static const Config config = parseConfig();  // the launcher's settings do not change
+    *updated = elasticHostsUpdated(config);
+    return Status::OK();
+  } catch (const Error& e) {
+    return e.status();
+  }
+}
+
+}  // namespace tutti
