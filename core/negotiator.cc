@@ -35,6 +35,13 @@ void Negotiator::dropHits(std::vector<Request>& out, Drop drop) {
   hits_.swap(kept);
 }
 
+void Negotiator::useCache(bool on) {
+  if (on == cache_on_) return;
+  cache_on_ = on;
+  dropHits(demoted_, [](const CacheHit&) { return true; });
+  cache_.clear();
+}
+
 void Negotiator::contribute(std::vector<Request> fresh, std::string stall, RoundBits& bits,
                             size_t index, Timeline* tl, int64_t* hits, int64_t* misses) {
   misses_.clear();
@@ -44,7 +51,7 @@ void Negotiator::contribute(std::vector<Request> fresh, std::string stall, Round
   dropHits(misses_, [&](const CacheHit& h) { return now - h.since > kHitPatience; });
   for (auto& q : fresh) {
     if (q.op == OpType::kJoin) joined_ = true;
-    const int slot = cache_.lookup(q);
+    const int slot = cache_on_ ? cache_.lookup(q) : -1;
     (slot >= 0 ? *hits : *misses) += 1;
     if (tl) {
       tl->dequeued(id_, q.op, q.name);
@@ -55,7 +62,7 @@ void Negotiator::contribute(std::vector<Request> fresh, std::string stall, Round
       hits_.push_back(CacheHit{slot, std::move(q), now});
       continue;
     }
-    const int stale = cache_.slotOfName(q.name);
+    const int stale = cache_on_ ? cache_.slotOfName(q.name) : -1;
     if (stale >= 0) bits.clear(bits.valid(index, stale));
     misses_.push_back(std::move(q));
   }
@@ -99,7 +106,7 @@ Agreement Negotiator::agree(const RoundBits& bits, size_t index, ControlPlane& c
   // 3. The cache learns this round's agreements, in agreed order, before execution takes
   //    the entries (every member holds an identical request for each). A hit still waiting
   //    for a slot that gets replaced is negotiated in full next round.
-  if (!someone_joined) {
+  if (!someone_joined && cache_on_) {
     for (int slot : ready) cache_.touch(slot);
     for (size_t k = out.cached; k < out.responses.size(); ++k) {
       const Response& r = out.responses[k];

@@ -96,6 +96,9 @@ class Negotiator {
   Agreement agree(const RoundBits& bits, size_t index, ControlPlane& control,
                   const TensorQueue& queue, Deadline deadline, Timeline* tl);
 
+  // Autotune's switch, applied at the same round on every member before contribute(): off
+  // empties the cache and sends the waiting hits to full negotiation; on starts empty.
+  void useCache(bool on);
   // Requests demoted to full negotiation wait: the next round should come at once.
   bool hasDemoted() const { return !demoted_.empty(); }
   // Rank 0: the table of requests still waiting for some members (stall checks).
@@ -118,6 +121,7 @@ class Negotiator {
   const int rank_;
   Coordinator coordinator_;
   ResponseCache cache_;
+  bool cache_on_ = true;
   bool joined_ = false;            // this rank's join is in flight
   std::vector<CacheHit> hits_;     // hits waiting for the other members
   std::vector<Request> demoted_;   // to negotiate in full next round

@@ -19,7 +19,6 @@ Runtime::Runtime(Config config, std::unique_ptr<Transport> transport)
       transport_(std::move(transport)),
       executor_(config_, stats_),
       tuned_{config_.fusion_threshold, config_.cycle_time_ms, config_.cache_capacity > 0} {
-  cache_on_ = tuned_.cache;
   if (!config_.elastic.id.empty()) {  // an elastic worker's seat, from the rendezvous
     config_.topology.rank = transport_->rank();
     config_.topology.size = transport_->size();

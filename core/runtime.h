@@ -103,11 +103,6 @@ class Runtime {
   void loop();
   void coalesceBurst(std::chrono::duration<double, std::milli> limit);
   bool runRound(bool* had_work);  // false once the job stops
-  void negotiate(ProcessSet& set, std::vector<Request> mine, bool stall_fatal_root,
-                 std::vector<Response>* responses, std::string* fatal, Timeline* tl);
-  // Root with a timeline: marks which ranks the tensors that arrived still wait for.
-  void markMissing(ProcessSet& set, const std::vector<Request>& arrived, Clock::time_point now,
-                   Timeline* tl);
   // Autotune, every kTuneEveryRounds rounds on every rank: rank 0 scores the window that
   // ended and broadcasts the settings; every rank applies them (core/autotune.h).
   static constexpr uint64_t kTuneEveryRounds = 4;
@@ -146,9 +141,7 @@ class Runtime {
   std::shared_ptr<Timeline> timeline_;  // under timeline_mu_; null when off
   std::atomic<bool> timeline_on_{false};
   uint64_t rounds_ = 0;  // background thread only
-  void followCacheSetting(const std::vector<std::shared_ptr<ProcessSet>>& sets);
   TuneSettings tuned_;   // in force; background thread only (autotune changes it)
-  bool cache_on_;        // the response cache in use this round (follows tuned_.cache)
   std::unique_ptr<Autotuner> autotuner_;  // rank 0 with TUTTI_AUTOTUNE
   Clock::time_point tune_window_start_;
   int64_t tune_window_bytes_ = 0;

@@ -66,7 +66,7 @@ void Runtime::tune(ProcessSet& global) {
   next.cache = cache != 0;
   if (describe(next) != describe(tuned_))
     TUTTI_LOG(kDebug) << "autotune: " << describe(next) << " from round " << rounds_;
-  tuned_ = next;  // the cache follows at the start of the next round (followCacheSetting)
+  tuned_ = next;  // the cache follows at the start of the next round (Negotiator::useCache)
 }
 
 }  // namespace tutti

@@ -1,5 +1,6 @@
-// The background thread's round (see runtime.h, steps 2-5): the bit vector, cache hits,
-// negotiation, fusion and execution, and rank 0's stall checks.
+// The background thread's round (see runtime.h, steps 2-5): each set's negotiator builds
+// its bits, one AND-allreduce for all, then set by set: agree, plan fusion, execute; and
+// rank 0's stall checks.
 #include "core/logging.h"
 #include "core/runtime.h"
 
@@ -9,58 +10,10 @@
 namespace tutti {
 namespace {
 
-bool bitSet(const std::vector<uint64_t>& bits, size_t i) { return (bits[i / 64] >> (i % 64)) & 1u; }
-void clearBit(std::vector<uint64_t>& bits, size_t i) { bits[i / 64] &= ~(uint64_t(1) << (i % 64)); }
-
-}  // namespace
-
-namespace {
-
-// Where a set's bits sit in the round's AND-allreduce: bit 0 "not shutting down", then per
-// set "no new requests" and "nobody joined", then per set two word-aligned sections with a
-// bit per cache slot: "I hold this cached op" and "this slot is still valid" (a rank clears
-// the latter when it sees the slot's name with another signature).
-struct BitLayout {
-  BitLayout(size_t nsets, int64_t capacity) {
-    size_t words = (1 + 2 * nsets + 63) / 64;
-    section_words = static_cast<size_t>((capacity + 63) / 64);
-    for (size_t i = 0; i < nsets; ++i) {
-      hits.push_back((words + 2 * i * section_words) * 64);
-      valid.push_back((words + (2 * i + 1) * section_words) * 64);
-    }
-    total_words = words + 2 * nsets * section_words;
-  }
-  size_t noNew(size_t set) const { return 1 + 2 * set; }
-  size_t noJoin(size_t set) const { return 2 + 2 * set; }
-  size_t hit(size_t set, int slot) const { return hits[set] + static_cast<size_t>(slot); }
-  size_t validSlot(size_t set, int slot) const { return valid[set] + static_cast<size_t>(slot); }
-  size_t section_words, total_words;
-  std::vector<size_t> hits, valid;
-};
-
-void setBit(std::vector<uint64_t>& bits, size_t i) { bits[i / 64] |= uint64_t(1) << (i % 64); }
-
-// Moves the set's waiting hits for which `drop(hit)` holds into `out`.
-template <typename Drop>
-void dropHits(ProcessSet& set, std::vector<Request>& out, Drop drop) {
-  std::vector<CacheHit> kept;
-  for (auto& hit : set.hits) {
-    if (drop(hit))
-      out.push_back(std::move(hit.request));
-    else
-      kept.push_back(std::move(hit));
-  }
-  set.hits.swap(kept);
-}
-
 // What a round did, for the timeline's rounds row.
 struct RoundNotes {
   int64_t cache_hits = 0, negotiated = 0, batches = 0, bytes = 0;
 };
-
-// A hit that waits this long goes to full negotiation, where rank 0's stall inspector sees
-// it (a hit alone is invisible to the coordinator).
-constexpr std::chrono::seconds kHitPatience(1);
 
 }  // namespace
 
@@ -82,115 +35,42 @@ bool Runtime::runRound(bool* had_work) {
     std::lock_guard<std::mutex> lock(wake_mu_);
     shutting_down = shutdown_requested_;
   }
-  followCacheSetting(sets);
-  // 1-2. Sort this rank's new requests into cache hits and misses; build the bit vector.
-  BitLayout layout(sets.size(), config_.cache_capacity);
-  std::vector<uint64_t> bits(layout.total_words, ~uint64_t(0));
-  if (shutting_down) clearBit(bits, 0);
-  std::vector<std::vector<Request>> misses(sets.size());
-  std::vector<std::string> stall(sets.size());
+  // 1. Each set's negotiator turns this rank's new requests into its bits (autotune's cache
+  //    switch from the last round first, on every rank alike).
+  RoundBits bits(sets.size(), config_.cache_capacity);
+  if (shutting_down) bits.clearRunning();
   for (size_t i = 0; i < sets.size(); ++i) {
     ProcessSet& set = *sets[i];
     if (!set.member()) continue;
-    misses[i].swap(set.demoted);
-    const auto now = Clock::now();
-    dropHits(set, misses[i], [&](const CacheHit& h) { return now - h.since > kHitPatience; });
-    int64_t hit_count = 0, miss_count = 0;
-    for (auto& q : set.queue.popNew()) {
-      if (q.op == OpType::kJoin) set.joined = true;
-      int slot = cache_on_ ? set.cache.lookup(q) : -1;
-      (slot >= 0 ? hit_count : miss_count) += 1;
-      if (tl) {
-        tl->dequeued(set.id, q.op, q.name);
-        tl->begin(set.id, q.op, q.name, negotiatePhaseName(q.op),
-                  slot >= 0 ? "\"cache\":\"hit\"" : "");
-      }
-      if (slot >= 0) {
-        set.hits.push_back(CacheHit{slot, std::move(q), now});
-        continue;
-      }
-      int stale = cache_on_ ? set.cache.slotOfName(q.name) : -1;
-      if (stale >= 0) clearBit(bits, layout.validSlot(i, stale));
-      misses[i].push_back(std::move(q));
-    }
-    stats_.addCache(hit_count, miss_count);
-    if (set.rank == 0) stall[i] = checkStalls(set);
-    if (!misses[i].empty() || !stall[i].empty()) clearBit(bits, layout.noNew(i));
-    if (set.joined) clearBit(bits, layout.noJoin(i));
-    for (size_t w = 0; w < layout.section_words; ++w) bits[layout.hits[i] / 64 + w] = 0;
-    for (const auto& hit : set.hits) setBit(bits, layout.hit(i, hit.slot));
+    set.negotiator.useCache(tuned_.cache);
+    int64_t hits = 0, misses = 0;
+    set.negotiator.contribute(set.queue.popNew(), set.rank == 0 ? checkStalls(set) : "", bits,
+                              i, tl.get(), &hits, &misses);
+    stats_.addCache(hits, misses);
   }
+  // 2. One AND-allreduce over the global set.
   const auto and_start = Clock::now();
-  sets[0]->control->allreduceAnd(bits, deadlineAfter(config_.timeout_seconds));
+  sets[0]->control->allreduceAnd(bits.words(), deadlineAfter(config_.timeout_seconds));
   stats_.addTime(StatTime::kNegotiation, Clock::now() - and_start);
   // Every rank runs the same rounds (the AND above is collective), so each one reaches
   // this point in the same round: rank 0's autotune choice applies everywhere at once.
-  if (config_.autotune && bitSet(bits, 0) && rounds_ % kTuneEveryRounds == 0) tune(*sets[0]);
+  if (config_.autotune && bits.running() && rounds_ % kTuneEveryRounds == 0) tune(*sets[0]);
 
-  // 3-4. Cached ops every member holds, then negotiation, then execution, set by set.
+  // 3-4. Set by set, in id order: agree, plan fusion, execute.
   *had_work = false;
   for (size_t i = 0; i < sets.size(); ++i) {
     ProcessSet& set = *sets[i];
     if (!set.member()) continue;
-    const bool someone_joined = !bitSet(bits, layout.noJoin(i));
-    std::vector<Response> responses;
-    std::vector<int> ready;
-    if (someone_joined) {  // the coordinator must see every request while a rank is joined
-      dropHits(set, misses[i], [](const CacheHit&) { return true; });
-    } else {
-      // A slot some rank found stale: every member negotiates its waiting hits in full.
-      std::vector<int> invalid;
-      for (int slot = 0; slot < set.cache.capacity(); ++slot)
-        if (!bitSet(bits, layout.validSlot(i, slot))) invalid.push_back(slot);
-      for (int slot : invalid) {
-        dropHits(set, misses[i], [slot](const CacheHit& h) { return h.slot == slot; });
-        set.cache.erase(slot);
-      }
-      for (int slot = 0; slot < set.cache.capacity(); ++slot)
-        if (bitSet(bits, layout.hit(i, slot)) && bitSet(bits, layout.validSlot(i, slot)))
-          ready.push_back(slot);
-      for (int slot : ready) responses.push_back(set.cache.response(slot));
-      std::vector<Request> ignored;  // their entries run from the cached responses
-      dropHits(set, ignored, [&](const CacheHit& h) {
-        return std::binary_search(ready.begin(), ready.end(), h.slot);
-      });
-    }
-    const bool negotiates = !bitSet(bits, layout.noNew(i)) || someone_joined;
-    if (!negotiates && ready.empty()) continue;
+    Agreement agreed = set.negotiator.agree(bits, i, *set.control, set.queue,
+                                            deadlineAfter(config_.timeout_seconds), tl.get());
+    stats_.addTime(StatTime::kNegotiation, agreed.negotiation);
+    if (!agreed.active) continue;
     *had_work = true;
-    size_t first_negotiated = responses.size();
-    if (negotiates) {
-      std::string fatal = stall[i];
-      const auto start = Clock::now();
-      negotiate(set, std::move(misses[i]), !stall[i].empty(), &responses, &fatal, tl.get());
-      stats_.addTime(StatTime::kNegotiation, Clock::now() - start);
-      if (!fatal.empty()) throwError(StatusCode::kTimeout, fatal);
-    }
-    notes.cache_hits += static_cast<int64_t>(ready.size());
-    notes.negotiated += static_cast<int64_t>(responses.size() - first_negotiated);
-    // The cache learns this round's agreements, in agreed order, before execution takes the
-    // entries (every member holds an identical request for each). A hit still waiting for
-    // a slot that gets replaced is negotiated in full next round.
-    if (!someone_joined && cache_on_) {
-      for (int slot : ready) set.cache.touch(slot);
-      for (size_t k = first_negotiated; k < responses.size(); ++k) {
-        const Response& r = responses[k];
-        if (r.type != ResponseType::kOp || r.names.size() != 1) continue;
-        auto q = set.queue.peek(r.names[0]);
-        if (!q) continue;
-        int replaced = set.cache.put(*q, r);
-        if (replaced >= 0)
-          dropHits(set, set.demoted, [replaced](const CacheHit& h) { return h.slot == replaced; });
-      }
-    }
-    if (tl)  // agreed: each tensor now waits for its fused batch to run
-      for (const auto& r : responses)
-        for (const auto& name : r.names) {
-          tl->end(set.id, r.op, name);
-          tl->begin(set.id, r.op, name, "WAIT_FOR_BATCH");
-        }
-    const std::vector<Response> plan = planFusion(std::move(responses), tuned_.fusion_threshold);
-    if (logEnabled(LogLevel::kDebug)) logRound(set, plan, ready.size());
+    notes.cache_hits += static_cast<int64_t>(agreed.cached);
+    notes.negotiated += static_cast<int64_t>(agreed.responses.size() - agreed.cached);
+    const std::vector<Response> plan =
+        planFusion(std::move(agreed.responses), tuned_.fusion_threshold);
+    if (logEnabled(LogLevel::kDebug)) logRound(set, plan, agreed.cached);
     for (const auto& response : plan) {
       notes.batches += 1;
       for (int64_t c : response.counts) notes.bytes += c * dataTypeSize(response.dtype);
@@ -200,7 +80,6 @@ bool Runtime::runRound(bool* had_work) {
       } else {
         executor_.run(response, set, tl.get());
       }
-      if (response.op == OpType::kJoin) set.joined = false;
     }
   }
   stats_.addRound(*had_work);
@@ -210,10 +89,10 @@ bool Runtime::runRound(bool* had_work) {
                                ",\"negotiated\":" + std::to_string(notes.negotiated) +
                                ",\"batches\":" + std::to_string(notes.batches) +
                                ",\"bytes\":" + std::to_string(notes.bytes));
-  for (auto& set : sets)
-    if (set->member() && !set->demoted.empty()) *had_work = true;  // negotiate them at once
+  for (auto& set : sets)  // demoted requests are negotiated at once
+    if (set->member() && set->negotiator.hasDemoted()) *had_work = true;
   // 5. Shutdown: every rank learns it in the same round, then who stopped and why.
-  if (!bitSet(bits, 0)) {
+  if (!bits.running()) {
     std::string note;
     if (shutting_down) {
       std::lock_guard<std::mutex> lock(wake_mu_);
@@ -226,19 +105,6 @@ bool Runtime::runRound(bool* had_work) {
     return false;
   }
   return true;
-}
-
-void Runtime::followCacheSetting(const std::vector<std::shared_ptr<ProcessSet>>& sets) {
-  // Autotune switched the cache in the last round, at the same round on every rank: now,
-  // before any rank builds its bits, every rank empties its caches (identically) and sends
-  // its waiting hits to full negotiation. A cache switched back on starts empty.
-  if (cache_on_ == tuned_.cache) return;
-  cache_on_ = tuned_.cache;
-  for (const auto& set : sets) {
-    if (!set->member()) continue;
-    dropHits(*set, set->demoted, [](const CacheHit&) { return true; });
-    set->cache.clear();
-  }
 }
 
 std::string Runtime::exchangeLeaveNotes(ProcessSet& global, const std::string& mine) {
@@ -263,50 +129,6 @@ std::string Runtime::exchangeLeaveNotes(ProcessSet& global, const std::string& m
   return global.control->broadcast(who, deadline);
 }
 
-void Runtime::negotiate(ProcessSet& set, std::vector<Request> mine, bool stall_fatal_root,
-                        std::vector<Response>* responses, std::string* fatal, Timeline* tl) {
-  RequestList list;
-  list.requests = std::move(mine);
-  Deadline deadline = deadlineAfter(config_.timeout_seconds);
-  std::vector<std::string> gathered = set.control->gather(serialize(list), deadline);
-  std::string answer;
-  if (set.rank == 0) {
-    auto now = Clock::now();
-    std::vector<Request> arrived;
-    for (int r = 0; r < set.size(); ++r) {
-      auto requests = parseRequestList(gathered[r]).requests;
-      set.coordinator.addRequests(r, requests, now);
-      if (tl)
-        for (auto& q : requests) {
-          tl->instant(set.id, q.op, q.name, "REQUEST", "\"rank\":" + std::to_string(r));
-          arrived.push_back(std::move(q));
-        }
-    }
-    if (tl) markMissing(set, arrived, now, tl);
-    ResponseList out;
-    out.responses = set.coordinator.takeReady();
-    if (stall_fatal_root) out.fatal_error = *fatal;
-    answer = serialize(out);
-  }
-  ResponseList in = parseResponseList(set.control->broadcast(answer, deadline));
-  *fatal = in.fatal_error;
-  for (auto& r : in.responses) responses->push_back(std::move(r));
-}
-
-void Runtime::markMissing(ProcessSet& set, const std::vector<Request>& arrived,
-                          Clock::time_point now, Timeline* tl) {
-  // Rank 0 of the set: each tensor that got requests this round but still waits for some
-  // ranks shows which, on its row.
-  for (const auto& stall : set.coordinator.stalled(now, 0)) {
-    auto it = std::find_if(arrived.begin(), arrived.end(),
-                           [&](const Request& q) { return q.name == stall.name; });
-    if (it == arrived.end()) continue;
-    std::string missing;
-    for (int r : stall.missing_ranks) missing += (missing.empty() ? "" : ",") + std::to_string(r);
-    tl->instant(set.id, it->op, it->name, "WAITING_FOR_RANKS", "\"missing\":[" + missing + "]");
-  }
-}
-
 void Runtime::logRound(const ProcessSet& set, const std::vector<Response>& plan,
                        size_t cache_hits) const {
   std::string text = "round " + std::to_string(rounds_) + ", process set " +
@@ -327,7 +149,7 @@ void Runtime::logRound(const ProcessSet& set, const std::vector<Response>& plan,
 std::string Runtime::checkStalls(ProcessSet& set) {
   // Stall warnings (unless disabled) every TUTTI_STALL_CHECK_TIME_SECONDS; a fatal verdict
   // after TUTTI_STALL_SHUTDOWN_TIME_SECONDS when set, and always after TUTTI_TIMEOUT_SECONDS.
-  if (!set.coordinator.hasPending()) return "";
+  if (!set.negotiator.coordinator().hasPending()) return "";
   const double warn_after =
       config_.stall_check_disable ? std::numeric_limits<double>::infinity()
                                   : config_.stall_check_seconds;
@@ -335,7 +157,8 @@ std::string Runtime::checkStalls(ProcessSet& set) {
       config_.stall_shutdown_seconds > 0 && config_.stall_shutdown_seconds < config_.timeout_seconds;
   const double stop_after = stall_stop ? config_.stall_shutdown_seconds : config_.timeout_seconds;
   auto now = Clock::now();
-  for (const auto& stall : set.coordinator.stalled(now, std::min(warn_after, stop_after))) {
+  for (const auto& stall :
+       set.negotiator.coordinator().stalled(now, std::min(warn_after, stop_after))) {
     std::string what = std::string(opTypeName(stall.op)) + " '" + stall.name +
                        "' (process set " + std::to_string(set.id) + ") has waited " +
                        secondsText(stall.waited_seconds) +

@@ -203,3 +203,20 @@ TEST_CASE("negotiator: cache slots past the first word of bits are found, in slo
     expect(f, m, again, expected, "67 hits");
   });
 }
+
+TEST_CASE("negotiator: with the cache switched off every op is negotiated; back on, it starts "
+          "empty") {
+  runMembers(2, [](Member& m, Failures& f) {
+    m.round({req("a")});
+    // Rank 0 holds a hit that waits for rank 1 when the switch comes: it is negotiated.
+    expect(f, m, m.round(m.rank == 0 ? std::vector<Request>{req("a")} : std::vector<Request>{}),
+           "0 cached:", "hit on rank 0 only");
+    m.negotiator.useCache(false);
+    expect(f, m, m.round(m.rank == 0 ? std::vector<Request>{} : std::vector<Request>{req("a")}),
+           "0 cached: allreduce a", "cache off, the waiting hit negotiated");
+    expect(f, m, m.round({req("a")}), "0 cached: allreduce a", "cache off");
+    m.negotiator.useCache(true);
+    expect(f, m, m.round({req("a")}), "0 cached: allreduce a", "cache back on, empty");
+    expect(f, m, m.round({req("a")}), "1 cached: allreduce a", "cache back on, filled");
+  });
+}
