@@ -316,10 +316,14 @@ ShmSegment::~ShmSegment() {
 }
 
 std::string ShmSegment::where(const char* op) const {
-  std::string members = ranks_.size() <= 16 ? "world ranks " + joinInts(ranks_)
-                                             : std::to_string(ranks_.size()) + " ranks";
-  return "rank " + std::to_string(ranks_[rank_]) + ": shm " + op + " on group " +
-         std::to_string(id_) + " (" + members + ")";
+  // Every op names its group; the names of the members are built once (callgrind: building
+  // them each time cost more than a lone small op's other bookkeeping).
+  if (where_tail_.empty())
+    where_tail_ = " on group " + std::to_string(id_) + " (" +
+                  (ranks_.size() <= 16 ? "world ranks " + joinInts(ranks_)
+                                       : std::to_string(ranks_.size()) + " ranks") +
+                  ")";
+  return "rank " + std::to_string(ranks_[rank_]) + ": shm " + op + where_tail_;
 }
 
 const uint8_t* ShmSegment::slot(int member) const {

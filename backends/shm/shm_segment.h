@@ -96,6 +96,7 @@ class ShmSegment {
   uint8_t* data_ = nullptr;
   int rank_ = 0, size_ = 1, id_ = 0;
   std::vector<int> ranks_;
+  mutable std::string where_tail_;  // where()'s " on group ..." part, built on first use
   int64_t buffer_bytes_ = 0;
   int spins_ = 1000;  // 0 when oversubscribed (more members than usable cores)
   uint64_t epoch_ = 0;
