@@ -83,12 +83,12 @@ struct Agreement {
 
 class Negotiator {
  public:
-  // `rank` is this process's index in the set (a member), `size` the set's size.
+  // `rank` is this process's index in the set (-1 when not a member, which never calls it).
   Negotiator(int set_id, int rank, int size, int64_t cache_capacity);
 
-  // Step 1. `fresh` are the requests this rank submitted since the last round, `stall` rank
-  // 0's stall verdict or warning to deliver ("" when none: anything else forces a
-  // negotiation). Counts the cache's hits and misses into *hits and *misses.
+  // Step 1. `fresh` are the requests this rank submitted since the last round; `stall` is
+  // rank 0's fatal stall verdict ("" when none; a verdict forces a negotiation, which
+  // delivers it to every member). Counts the cache's hits and misses into *hits, *misses.
   void contribute(std::vector<Request> fresh, std::string stall, RoundBits& bits, size_t index,
                   Timeline* tl, int64_t* hits, int64_t* misses);
   // Step 3, after the AND. Throws Error(kTimeout) with rank 0's fatal stall verdict, on
