@@ -100,6 +100,19 @@ const std::vector<ConfigVar>& configTable() {
        [](const std::string& v, Config& c) {
          c.shm_buffer_bytes = parseInt("TUTTI_SHM_BUFFER_BYTES", v, 65536, int64_t(1) << 30);
        }},
+      {"TUTTI_HIERARCHICAL_ALLREDUCE", "enum", "auto", "auto, 0, 1",
+       "Allreduce of process sets that span hosts with the same number (> 1) of members on "
+       "each: reduce-scatter over shm inside each host, allreduce of each slice across hosts "
+       "among the ranks of the same local rank, allgather over shm. auto: from 1 MiB up "
+       "(docs/PERFORMANCE.md); 1: every size; 0: never (one flat ring). Set rank 0's value "
+       "wins.",
+       [](const std::string& v, Config& c) {
+         std::string choice =
+             parseChoice("TUTTI_HIERARCHICAL_ALLREDUCE", v,
+                         {"auto", "0", "1", "true", "false", "yes", "no", "on", "off"});
+         c.hierarchical_allreduce =
+             choice == "auto" ? -1 : parseBool("TUTTI_HIERARCHICAL_ALLREDUCE", choice) ? 1 : 0;
+       }},
       {"TUTTI_TIMEOUT_SECONDS", "float", "1800", "[0.1, 1e9]",
        "Deadline of the job's collective waits: negotiation, each collective, and tutti_wait "
        "without a timeout. A tensor some ranks submitted and others did not for this long "
@@ -240,6 +253,7 @@ const std::vector<HorovodTwin>& horovodTwins() {
       {"HOROVOD_TIMELINE_MARK_CYCLES", "TUTTI_TIMELINE_MARK_CYCLES"},
       {"HOROVOD_AUTOTUNE", "TUTTI_AUTOTUNE"},
       {"HOROVOD_AUTOTUNE_LOG", "TUTTI_AUTOTUNE_LOG"},
+      {"HOROVOD_HIERARCHICAL_ALLREDUCE", "TUTTI_HIERARCHICAL_ALLREDUCE"},
   };
   return twins;
 }
