@@ -6,7 +6,6 @@
 // the members waiting in another part fail fast.
 #include "backends/hierarchical/two_level_control_plane.h"
 
-#include "backends/hierarchical/host_layout.h"
 #include "core/logging.h"
 
 #include <cstring>
@@ -66,10 +65,7 @@ class TwoLevelControlPlane : public ControlPlane {
 std::unique_ptr<ControlPlane> makeTwoLevelControlPlane(Transport& local_transport,
                                                        Transport& cross_transport,
                                                        std::unique_ptr<ControlPlane> set,
-                                                       const std::vector<int>& ranks, int id,
-                                                       bool shm, Deadline deadline) {
-  const detail::HostLayout layout = detail::exchangeLayout(
-      *set, id, cross_transport.size(), ranks, shm, -1, deadline);
+                                                       const detail::HostLayout& layout) {
   if (!layout.spansSharedHosts() || !layout.shm) return set;
   // Every member makes its parts in this order: its host's group, then (first members
   // only) the group of the first members.
@@ -79,7 +75,7 @@ std::unique_ptr<ControlPlane> makeTwoLevelControlPlane(Transport& local_transpor
   if (layout.local == 0)
     leaders = cross_transport.makeControlPlane(layout.leaderRanks(), layout.leadersId());
   if (set->rank() == 0)
-    TUTTI_LOG(kInfo) << "process set " << id << ": negotiation ANDs in two levels ("
+    TUTTI_LOG(kInfo) << "process set " << layout.id << ": negotiation ANDs in two levels ("
                      << layout.describe() << ")";
   return std::make_unique<TwoLevelControlPlane>(std::move(set), std::move(local),
                                                 std::move(leaders));

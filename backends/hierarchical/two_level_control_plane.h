@@ -4,22 +4,20 @@
 #pragma once
 
 #include "backends/backend.h"
+#include "backends/hierarchical/host_layout.h"
 
 #include <memory>
-#include <vector>
 
 namespace tutti {
 
-// Collective over the members of `set` (world ranks `ranks`, process set `id`): exchanges
-// every member's host over `set`; when the set spans hosts with more than one member on
-// some host (and every member enables shm), returns the two-level control plane, made of
-// `set`, a control plane of this host's members from `local_transport` (shared memory
-// when it is the shm-wrapped transport) and one of the first member of each host from
-// `cross_transport`. Otherwise returns `set` itself.
+// Collective over the members of `set` (its layout `layout`, from exchangeLayout()): when
+// the set spans hosts with more than one member on some host and every member enables
+// shm, returns the two-level control plane, made of `set`, a control plane of this host's
+// members from `local_transport` (shared memory when it is the shm-wrapped transport) and
+// one of the first member of each host from `cross_transport`. Otherwise returns `set`.
 std::unique_ptr<ControlPlane> makeTwoLevelControlPlane(Transport& local_transport,
                                                        Transport& cross_transport,
                                                        std::unique_ptr<ControlPlane> set,
-                                                       const std::vector<int>& ranks, int id,
-                                                       bool shm, Deadline deadline);
+                                                       const detail::HostLayout& layout);
 
 }  // namespace tutti

@@ -130,8 +130,10 @@ class ShmTransport : public Transport {
     if (seg) return std::make_unique<ShmControlPlane>(std::move(inner), std::move(seg));
     // Not on one host: the AND in two levels where hosts hold several members (this
     // transport makes their local groups, over shm).
-    return makeTwoLevelControlPlane(*this, *inner_, std::move(inner), ranks, id,
-                                    options_.enabled, deadlineAfter(options_.setup_seconds));
+    const detail::HostLayout layout =
+        detail::exchangeLayout(*inner, id, size(), ranks, options_.enabled, -1,
+                               deadlineAfter(options_.setup_seconds));
+    return makeTwoLevelControlPlane(*this, *inner_, std::move(inner), layout);
   }
   std::unique_ptr<Backend> makeBackend(const std::vector<int>& ranks, int id) override {
     return inner_->makeBackend(ranks, id);
