@@ -100,18 +100,13 @@ const std::vector<ConfigVar>& configTable() {
        [](const std::string& v, Config& c) {
          c.shm_buffer_bytes = parseInt("TUTTI_SHM_BUFFER_BYTES", v, 65536, int64_t(1) << 30);
        }},
-      {"TUTTI_HIERARCHICAL_ALLREDUCE", "enum", "auto", "auto, 0, 1",
+      {"TUTTI_HIERARCHICAL_ALLREDUCE", "bool", "1", "0, 1",
        "Allreduce of process sets that span hosts with the same number (> 1) of members on "
        "each: reduce-scatter over shm inside each host, allreduce of each slice across hosts "
-       "among the ranks of the same local rank, allgather over shm. auto: from 1 MiB up "
-       "(docs/PERFORMANCE.md); 1: every size; 0: never (one flat ring). Set rank 0's value "
-       "wins.",
+       "among the ranks of the same local rank, allgather over shm (measured faster at every "
+       "size, docs/PERFORMANCE.md); 0: one flat ring. The set's first rank's value counts.",
        [](const std::string& v, Config& c) {
-         std::string choice =
-             parseChoice("TUTTI_HIERARCHICAL_ALLREDUCE", v,
-                         {"auto", "0", "1", "true", "false", "yes", "no", "on", "off"});
-         c.hierarchical_allreduce =
-             choice == "auto" ? -1 : parseBool("TUTTI_HIERARCHICAL_ALLREDUCE", choice) ? 1 : 0;
+         c.hierarchical_allreduce = parseBool("TUTTI_HIERARCHICAL_ALLREDUCE", v);
        }},
       {"TUTTI_TIMEOUT_SECONDS", "float", "1800", "[0.1, 1e9]",
        "Deadline of the job's collective waits: negotiation, each collective, and tutti_wait "

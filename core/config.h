@@ -59,7 +59,7 @@ struct Config {
   std::string secret;       // job secret (TUTTI_SECRET or read from TUTTI_SECRET_FILE)
   bool shm = true;                        // shm backend for sets on one host (TUTTI_SHM)
   int64_t shm_buffer_bytes = 1ll << 20;   // per member and buffer (TUTTI_SHM_BUFFER_BYTES)
-  int hierarchical_allreduce = -1;  // -1 auto, 0 off, 1 on (TUTTI_HIERARCHICAL_ALLREDUCE)
+  bool hierarchical_allreduce = true;     // sets across hosts (TUTTI_HIERARCHICAL_ALLREDUCE)
   Topology topology;
   SlurmStep slurm;          // set when topology.source == "Slurm"
   // Where the settings came from (parseConfig): the variables the environment gave, with

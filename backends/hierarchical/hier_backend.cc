@@ -1,5 +1,5 @@
-// Hierarchical allreduce, per call (every member takes the same path: the choice depends
-// only on the byte count and on the mode, which every member switches at the same point):
+// Hierarchical allreduce, per call while on (every member takes the same path: all switch
+// at the same point):
 //   1. reduce-scatter inside the host over shm: local member l gets slice l of the host's
 //      reduction (slices split the tensor evenly, 64-byte aligned);
 //   2. allreduce of slice l across hosts among the members with local index l (the
@@ -19,21 +19,17 @@
 namespace tutti {
 namespace {
 
-const char* modeText(int mode) {
-  return mode < 0 ? "from 1 MiB up" : mode ? "at every size" : "off";
-}
-
 class HierarchicalBackend : public Backend {
  public:
   HierarchicalBackend(detail::HostLayout layout, Backend& flat,
                       std::unique_ptr<ControlPlane> local_control,
-                      std::unique_ptr<Backend> local, std::unique_ptr<Backend> cross, int mode)
+                      std::unique_ptr<Backend> local, std::unique_ptr<Backend> cross, bool on)
       : layout_(std::move(layout)),
         flat_(flat),
         local_control_(std::move(local_control)),
         local_(std::move(local)),
         cross_(std::move(cross)),
-        mode_(mode) {}
+        on_(on) {}
 
   const char* name() const override { return "hierarchical"; }
   bool supports(OpType op, DataType dtype, DeviceType device) const override {
@@ -45,20 +41,17 @@ class HierarchicalBackend : public Backend {
   int rank() const override { return flat_.rank(); }
   int size() const override { return flat_.size(); }
 
-  void setMode(int mode) { mode_.store(mode, std::memory_order_relaxed); }
+  void setOn(bool on) { on_.store(on, std::memory_order_relaxed); }
 
   void allreduce(const void* in, void* out, int64_t n, DataType dtype, ReduceOp op,
                  Deadline deadline) override {
     const int64_t esz = dataTypeBytes(dtype);
-    const int mode = mode_.load(std::memory_order_relaxed);
-    const bool hierarchical =
-        n > 0 && (mode > 0 || (mode < 0 && n * esz >= kHierarchicalAutoMinBytes));
-    if (!hierarchical) return flat_.allreduce(in, out, n, dtype, op, deadline);
+    if (n == 0 || !on_.load(std::memory_order_relaxed))
+      return flat_.allreduce(in, out, n, dtype, op, deadline);
     if (!announced_) {
       announced_ = true;
       TUTTI_LOG(kInfo) << "process set " << layout_.id << ": first hierarchical allreduce ("
-                       << n * esz << " bytes; " << layout_.describe() << "; "
-                       << modeText(mode) << ")";
+                       << n * esz << " bytes; " << layout_.describe() << ")";
     }
     const int members = local_->size(), me = local_->rank();
     const int64_t align = std::max<int64_t>(1, 64 / esz);
@@ -115,7 +108,7 @@ class HierarchicalBackend : public Backend {
   std::unique_ptr<ControlPlane> local_control_;  // made local_'s segment; kept for abort
   std::unique_ptr<Backend> local_;               // shm, this host's members
   std::unique_ptr<Backend> cross_;               // transport, one member per host
-  std::atomic<int> mode_;
+  std::atomic<bool> on_;
   bool announced_ = false;
   std::vector<int64_t> counts_;
   std::vector<uint8_t> slice_;
@@ -125,7 +118,7 @@ class HierarchicalBackend : public Backend {
 
 std::unique_ptr<Backend> makeHierarchicalBackend(Transport& transport, ControlPlane& control,
                                                  Backend& flat,
-                                                 const detail::HostLayout& layout, int mode,
+                                                 const detail::HostLayout& layout, bool on,
                                                  const detail::ShmOptions& shm) {
   std::string why;
   if (!layout.even())
@@ -149,10 +142,10 @@ std::unique_ptr<Backend> makeHierarchicalBackend(Transport& transport, ControlPl
                      << ": no hierarchical allreduce: shm declined on some host";
     return nullptr;
   }
-  TUTTI_LOG(kDebug) << "process set " << layout.id << ": hierarchical allreduce "
-                    << modeText(mode) << " (" << layout.describe() << ")";
+  TUTTI_LOG(kDebug) << "process set " << layout.id << ": hierarchical allreduce, "
+                    << (on ? "on" : "off for now") << " (" << layout.describe() << ")";
   return std::make_unique<HierarchicalBackend>(layout, flat, std::move(local_control),
-                                               std::move(local), std::move(cross), mode);
+                                               std::move(local), std::move(cross), on);
 }
 
 std::unique_ptr<Backend> makeHierarchicalBackend(Transport& transport, ControlPlane& control,
@@ -171,7 +164,7 @@ std::unique_ptr<Backend> makeHierarchicalBackend(Transport& transport, ControlPl
 
 bool setHierarchical(Backend& backend, bool on) {
   auto* hierarchical = dynamic_cast<HierarchicalBackend*>(&backend);
-  if (hierarchical) hierarchical->setMode(on ? 1 : 0);
+  if (hierarchical) hierarchical->setOn(on);
   return hierarchical != nullptr;
 }
 

@@ -56,9 +56,8 @@ int HostLayout::subId(int k) const {
   return static_cast<int>(sub);
 }
 
-std::string encodeLayoutInfo(bool shm, int hierarchical, const std::string& host_identity) {
-  return std::string(shm ? "1" : "0") + " " + std::to_string(hierarchical) + " " +
-         host_identity;
+std::string encodeLayoutInfo(bool shm, bool hierarchical, const std::string& host_identity) {
+  return std::string(shm ? "1 " : "0 ") + (hierarchical ? "1 " : "0 ") + host_identity;
 }
 
 HostLayout layoutFromInfos(int id, int world_size, const std::vector<int>& ranks, int me,
@@ -74,13 +73,13 @@ HostLayout layoutFromInfos(int id, int world_size, const std::vector<int>& ranks
   std::vector<std::string> names;
   for (size_t i = 0; i < infos.size(); ++i) {
     std::istringstream in(infos[i]);
-    int shm = 0, hierarchical = -1;
+    int shm = 0, hierarchical = 1;
     in >> shm >> hierarchical;
     in.get();
     std::string host;
     std::getline(in, host);
     layout.shm = layout.shm && shm == 1;
-    if (i == 0) layout.hierarchical = hierarchical;
+    if (i == 0) layout.hierarchical = hierarchical == 1;
     auto it = std::find(names.begin(), names.end(), host);
     const int h = static_cast<int>(it - names.begin());
     if (it == names.end()) {
@@ -97,7 +96,7 @@ HostLayout layoutFromInfos(int id, int world_size, const std::vector<int>& ranks
 }
 
 HostLayout exchangeLayout(ControlPlane& control, int id, int world_size,
-                          const std::vector<int>& ranks, bool shm, int hierarchical,
+                          const std::vector<int>& ranks, bool shm, bool hierarchical,
                           Deadline deadline) {
   const std::string mine = encodeLayoutInfo(shm, hierarchical, hostIdentity());
   return layoutFromInfos(id, world_size, ranks, control.rank(),

@@ -20,7 +20,7 @@ struct HostLayout {
   int host = 0;                           // this member's host (index into members)
   int local = 0;                          // this member's index among its host's members
   bool shm = true;                        // every member enables shm (TUTTI_SHM)
-  int hierarchical = -1;                  // member 0's TUTTI_HIERARCHICAL_ALLREDUCE
+  bool hierarchical = true;               // member 0's TUTTI_HIERARCHICAL_ALLREDUCE
 
   int hosts() const { return static_cast<int>(members.size()); }
   // More than one host, and some host with more than one member: worth two levels.
@@ -45,15 +45,15 @@ struct HostLayout {
 };
 
 // Pure: the layout of set member `me` when member i (world rank ranks[i]) says infos[i],
-// each "<shm 0|1> <hierarchical -1|0|1> <host identity>".
+// each "<shm 0|1> <hierarchical 0|1> <host identity>".
 HostLayout layoutFromInfos(int id, int world_size, const std::vector<int>& ranks, int me,
                            const std::vector<std::string>& infos);
-std::string encodeLayoutInfo(bool shm, int hierarchical, const std::string& host_identity);
+std::string encodeLayoutInfo(bool shm, bool hierarchical, const std::string& host_identity);
 
 // Collective over `control` (the set's members): every member's host, TUTTI_SHM and
 // TUTTI_HIERARCHICAL_ALLREDUCE, one gather and one broadcast.
 HostLayout exchangeLayout(ControlPlane& control, int id, int world_size,
-                          const std::vector<int>& ranks, bool shm, int hierarchical,
+                          const std::vector<int>& ranks, bool shm, bool hierarchical,
                           Deadline deadline);
 
 }  // namespace detail

@@ -131,7 +131,7 @@ class ShmTransport : public Transport {
     // Not on one host: the AND in two levels where hosts hold several members (this
     // transport makes their local groups, over shm).
     const detail::HostLayout layout =
-        detail::exchangeLayout(*inner, id, size(), ranks, options_.enabled, -1,
+        detail::exchangeLayout(*inner, id, size(), ranks, options_.enabled, true,
                                deadlineAfter(options_.setup_seconds));
     return makeTwoLevelControlPlane(*this, *inner_, std::move(inner), layout);
   }

@@ -69,8 +69,8 @@ def make_parser():
     hier.add_argument("--hierarchical-allreduce", dest="hierarchical_allreduce",
                       action="store_const", const=True,
                       help="allreduce in two levels (shm inside hosts, the network across) "
-                           "at every size (TUTTI_HIERARCHICAL_ALLREDUCE=1; default: from 1 MiB "
-                           "up where hosts hold as many ranks each)")
+                           "where every host runs as many ranks (TUTTI_HIERARCHICAL_ALLREDUCE=1, "
+                           "the default)")
     hier.add_argument("--no-hierarchical-allreduce", dest="hierarchical_allreduce",
                       action="store_const", const=False,
                       help="one flat ring across hosts (TUTTI_HIERARCHICAL_ALLREDUCE=0)")

@@ -199,7 +199,7 @@ class JobsAcrossHostsTest(MultiHostCase):
 
 class HierarchicalTest(MultiHostCase):
     """2 hosts x 2 ranks: allreduce in two levels (shm inside each host, the transport
-    across), forced on at every size and forced off, every dtype x reduce op x count (0, 1,
+    across), forced on and off, every dtype x reduce op x count (0, 1,
     odd, ...) in and out of place plus 16 MiB ones (many 64 KiB shm chunks); the
     negotiation's AND in two levels in both."""
     LAYOUT = ["-np", "4", "-H", "tutti-h1:2,tutti-h2:2"]
@@ -222,7 +222,7 @@ class HierarchicalTest(MultiHostCase):
             with self.subTest(mode=mode):
                 out = self.run_allreduce(mode, "--hierarchical-allreduce")
                 self.assertRegex(out, r"process set 0: first hierarchical allreduce \(\d+ "
-                                      r"bytes; 2 hosts with 2\+2 members; at every size\)")
+                                      r"bytes; 2 hosts with 2\+2 members\)")
         self.assert_nothing_left()
 
     def test_forced_off(self):
@@ -265,8 +265,8 @@ class FaultTest(MultiHostCase):
     def probe_pids(self, host):
         return [p.split(":")[0] for p in host_processes(host) if PROBE in p and "sh -c" not in p]
 
-    # The loop's allreduces run hierarchical (forced: they are 64 KiB): the kill lands in
-    # one of its steps, inside a host or across.
+    # The loop's allreduces run hierarchical (forced, should the default change): the kill
+    # lands in one of its steps, inside a host or across.
     def test_remote_rank_killed(self):
         for mode in ("--gloo", "--mpi"):
             with self.subTest(mode=mode):

@@ -19,7 +19,7 @@ namespace test {
 namespace {
 
 // Member r runs on host (r % hosts): ranks of one host are not contiguous.
-std::vector<std::string> infosFor(int hosts, int per_host, int hierarchical) {
+std::vector<std::string> infosFor(int hosts, int per_host, bool hierarchical) {
   std::vector<std::string> infos;
   for (int r = 0; r < hosts * per_host; ++r)
     infos.push_back(detail::encodeLayoutInfo(true, hierarchical, "h" + std::to_string(r % hosts)));
@@ -33,13 +33,13 @@ struct Rank {
   std::unique_ptr<Backend> hierarchical;
 };
 
-void runRanks(int hosts, int per_host, int mode, Failures& failures,
+void runRanks(int hosts, int per_host, bool on, Failures& failures,
               const std::function<void(int, Rank&)>& fn) {
   const int n = hosts * per_host;
   auto hub = makeLoopbackHub(n);
   std::vector<int> world(n);
   std::iota(world.begin(), world.end(), 0);
-  const auto infos = infosFor(hosts, per_host, mode);
+  const auto infos = infosFor(hosts, per_host, on);
   std::vector<std::thread> threads;
   for (int r = 0; r < n; ++r)
     threads.emplace_back([&, r] {
@@ -54,7 +54,7 @@ void runRanks(int hosts, int per_host, int mode, Failures& failures,
         detail::ShmOptions shm;
         shm.buffer_bytes = 64 << 10;
         rank.hierarchical = makeHierarchicalBackend(*rank.transport, *rank.control, *rank.flat,
-                                                    layout, mode, shm);
+                                                    layout, on, shm);
         fn(r, rank);
       } catch (const std::exception& e) {
         failures.add("rank " + std::to_string(r) + " threw: " + e.what());
@@ -65,7 +65,7 @@ void runRanks(int hosts, int per_host, int mode, Failures& failures,
 
 TEST_CASE("host layout: hosts by first member, local and cross groups, distinct sub-group ids") {
   const std::vector<int> ranks = {1, 2, 4, 5, 7, 9};
-  auto infos = infosFor(3, 2, 1);  // members 0..5 on h0 h1 h2 h0 h1 h2
+  auto infos = infosFor(3, 2, true);  // members 0..5 on h0 h1 h2 h0 h1 h2
   auto l = detail::layoutFromInfos(2, 10, ranks, 4, infos);
   CHECK(l.hosts() == 3);
   CHECK(l.even());
@@ -75,7 +75,7 @@ TEST_CASE("host layout: hosts by first member, local and cross groups, distinct 
   CHECK(l.localRanks() == std::vector<int>{2, 7});
   CHECK(l.crossRanks() == std::vector<int>{5, 7, 9});
   CHECK(l.leaderRanks() == std::vector<int>{1, 2, 4});
-  CHECK(l.hierarchical == 1);
+  CHECK(l.hierarchical);
   std::vector<int> ids;
   for (int me = 0; me < 6; ++me) {
     auto m = detail::layoutFromInfos(2, 10, ranks, me, infos);
@@ -88,7 +88,7 @@ TEST_CASE("host layout: hosts by first member, local and cross groups, distinct 
   // 3 local groups x 2 planes + 2 cross groups + 1 leaders group: each id shared only
   // by the members of one group.
   CHECK(std::unique(ids.begin(), ids.end()) - ids.begin() == 9);
-  infos[5] = detail::encodeLayoutInfo(false, 1, "h0");  // uneven, and shm off on one
+  infos[5] = detail::encodeLayoutInfo(false, true, "h0");  // uneven, and shm off on one
   auto u = detail::layoutFromInfos(2, 10, ranks, 0, infos);
   CHECK_FALSE(u.even());
   CHECK(u.spansSharedHosts());
@@ -100,7 +100,7 @@ TEST_CASE("hierarchical allreduce: every dtype and reduce op, 2x2 and 3x2, chunk
   for (auto shape : {std::make_pair(2, 2), std::make_pair(3, 2), std::make_pair(2, 3)}) {
     const int n = shape.first * shape.second;
     Failures failures;
-    runRanks(shape.first, shape.second, 1, failures, [&](int r, Rank& rank) {
+    runRanks(shape.first, shape.second, true, failures, [&](int r, Rank& rank) {
       if (!rank.hierarchical) return failures.add("no hierarchical backend");
       CHECK(rank.hierarchical->supports(OpType::kAllreduce, DataType::kBFloat16,
                                         DeviceType::kCpu));
@@ -138,8 +138,8 @@ TEST_CASE("hierarchical allreduce: every dtype and reduce op, 2x2 and 3x2, chunk
 
 TEST_CASE("hierarchical allreduce switched at run time, and uneven hosts decline") {
   Failures failures;
-  runRanks(2, 2, 0, failures, [&](int r, Rank& rank) {
-    if (!rank.hierarchical) return failures.add("mode 0 must still make the backend");
+  runRanks(2, 2, false, failures, [&](int r, Rank& rank) {
+    if (!rank.hierarchical) return failures.add("made off, it must still be made");
     for (bool on : {true, false, true}) {
       CHECK(setHierarchical(*rank.hierarchical, on));
       auto in = makeInput(DataType::kFloat32, ReduceOp::kSum, r, 4, 1001, on);
@@ -163,7 +163,7 @@ TEST_CASE("hierarchical allreduce switched at run time, and uneven hosts decline
         auto control = makeTwoLevelControlPlane(*transport, *transport,
                                                 transport->makeControlPlane({0, 1, 2}, 4), layout);
         auto flat = transport->makeBackend({0, 1, 2}, 4);
-        if (makeHierarchicalBackend(*transport, *control, *flat, layout, 1, {}))
+        if (makeHierarchicalBackend(*transport, *control, *flat, layout, true, {}))
           failures.add("uneven hosts got a hierarchical backend");
         std::vector<uint64_t> bits = {r == 1 ? uint64_t(6) : uint64_t(7)};
         control->allreduceAnd(bits, deadlineAfter(30));
