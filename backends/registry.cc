@@ -83,8 +83,8 @@ std::vector<std::unique_ptr<Backend>> makeBackends(Transport& transport, Control
 #endif
   // Sets whose members all run on this host: shared memory ahead of the transport. Sets
   // across hosts with as many members on each: hierarchical allreduce ahead of it.
-  auto shm = makeShmBackend(control, ranks, id, config, transport.name());
   auto flat = transport.makeBackend(ranks, id);
+  auto shm = makeShmBackend(control, ranks, id, config, transport.name(), *flat);
   if (shm)
     backends.push_back(std::move(shm));
   else if (auto hierarchical = makeHierarchicalBackend(transport, control, *flat, ranks, id, config))
