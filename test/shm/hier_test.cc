@@ -10,9 +10,9 @@
 
 #include "test/catch.h"
 
+#include <algorithm>
 #include <functional>
 #include <numeric>
-#include <thread>
 
 namespace tutti {
 namespace test {
@@ -40,27 +40,19 @@ void runRanks(int hosts, int per_host, bool on, Failures& failures,
   std::vector<int> world(n);
   std::iota(world.begin(), world.end(), 0);
   const auto infos = infosFor(hosts, per_host, on);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        Rank rank;
-        rank.transport = withShmControlPlanes(makeLoopbackTransport(hub, r), Config());
-        auto layout = detail::layoutFromInfos(3, n, world, r, infos);
-        rank.control = makeTwoLevelControlPlane(*rank.transport, *rank.transport,
-                                                rank.transport->makeControlPlane(world, 3),
-                                                layout);
-        rank.flat = rank.transport->makeBackend(world, 3);
-        detail::ShmOptions shm;
-        shm.buffer_bytes = 64 << 10;
-        rank.hierarchical = makeHierarchicalBackend(*rank.transport, *rank.control, *rank.flat,
-                                                    layout, on, shm);
-        fn(r, rank);
-      } catch (const std::exception& e) {
-        failures.add("rank " + std::to_string(r) + " threw: " + e.what());
-      }
-    });
-  for (auto& t : threads) t.join();
+  runThreads(n, failures, [&](int r) {
+    Rank rank;
+    rank.transport = withShmControlPlanes(makeLoopbackTransport(hub, r), Config());
+    auto layout = detail::layoutFromInfos(3, n, world, r, infos);
+    rank.control = makeTwoLevelControlPlane(*rank.transport, *rank.transport,
+                                            rank.transport->makeControlPlane(world, 3), layout);
+    rank.flat = rank.transport->makeBackend(world, 3);
+    detail::ShmOptions shm;
+    shm.buffer_bytes = 64 << 10;
+    rank.hierarchical =
+        makeHierarchicalBackend(*rank.transport, *rank.control, *rank.flat, layout, on, shm);
+    fn(r, rank);
+  });
 }
 
 TEST_CASE("host layout: hosts by first member, local and cross groups, distinct sub-group ids") {
@@ -153,26 +145,19 @@ TEST_CASE("hierarchical allreduce switched at run time, and uneven hosts decline
   REQUIRE(failures.summary() == "0 failure(s)");
   // 3 members on two hosts: no hierarchical backend, the AND still in two levels.
   auto hub = makeLoopbackHub(3);
-  std::vector<std::thread> threads;
   const std::vector<std::string> infos = {"1 1 a", "1 1 b", "1 1 a"};
-  for (int r = 0; r < 3; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        auto transport = withShmControlPlanes(makeLoopbackTransport(hub, r), Config());
-        auto layout = detail::layoutFromInfos(4, 3, {0, 1, 2}, r, infos);
-        auto control = makeTwoLevelControlPlane(*transport, *transport,
-                                                transport->makeControlPlane({0, 1, 2}, 4), layout);
-        auto flat = transport->makeBackend({0, 1, 2}, 4);
-        if (makeHierarchicalBackend(*transport, *control, *flat, layout, true, {}))
-          failures.add("uneven hosts got a hierarchical backend");
-        std::vector<uint64_t> bits = {r == 1 ? uint64_t(6) : uint64_t(7)};
-        control->allreduceAnd(bits, deadlineAfter(30));
-        if (bits[0] != 6) failures.add("uneven AND: got " + std::to_string(bits[0]));
-      } catch (const std::exception& e) {
-        failures.add("rank " + std::to_string(r) + " threw: " + e.what());
-      }
-    });
-  for (auto& t : threads) t.join();
+  runThreads(3, failures, [&](int r) {
+    auto transport = withShmControlPlanes(makeLoopbackTransport(hub, r), Config());
+    auto layout = detail::layoutFromInfos(4, 3, {0, 1, 2}, r, infos);
+    auto control = makeTwoLevelControlPlane(*transport, *transport,
+                                            transport->makeControlPlane({0, 1, 2}, 4), layout);
+    auto flat = transport->makeBackend({0, 1, 2}, 4);
+    if (makeHierarchicalBackend(*transport, *control, *flat, layout, true, {}))
+      failures.add("uneven hosts got a hierarchical backend");
+    std::vector<uint64_t> bits = {r == 1 ? uint64_t(6) : uint64_t(7)};
+    control->allreduceAnd(bits, deadlineAfter(30));
+    if (bits[0] != 6) failures.add("uneven AND: got " + std::to_string(bits[0]));
+  });
   REQUIRE(failures.summary() == "0 failure(s)");
 }
 
