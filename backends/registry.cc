@@ -87,8 +87,8 @@ std::vector<std::unique_ptr<Backend>> makeBackends(Transport& transport, Control
   auto shm = makeShmBackend(control, ranks, id, config, transport.name(), *flat);
   if (shm)
     backends.push_back(std::move(shm));
-  else if (auto hierarchical = makeHierarchicalBackend(transport, control, *flat, ranks, id, config))
-    backends.push_back(std::move(hierarchical));
+  else if (auto hier = makeHierarchicalBackend(transport, control, *flat, ranks, id, config))
+    backends.push_back(std::move(hier));
   backends.push_back(std::move(flat));
   return backends;
 }

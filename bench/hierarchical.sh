@@ -38,7 +38,8 @@ export TUTTI_TIMEOUT_SECONDS=${TUTTI_TIMEOUT_SECONDS:-300}
 for r in $(seq 1 "$REPEATS"); do
   for hier in 1 0; do
     json="$OUT/allreduce_hier${hier}_r${r}.json"
-    echo "# TUTTI_HIERARCHICAL_ALLREDUCE=$hier tuttirun -np 4 $LAUNCH -H tutti-h1:2,tutti-h2:2 tutti-bench allreduce $FLAGS"
+    echo "# TUTTI_HIERARCHICAL_ALLREDUCE=$hier tuttirun -np 4 $LAUNCH" \
+      "-H tutti-h1:2,tutti-h2:2 tutti-bench allreduce $FLAGS"
     # shellcheck disable=SC2086
     TUTTI_HIERARCHICAL_ALLREDUCE=$hier "$TUTTIRUN" -np 4 $LAUNCH -H tutti-h1:2,tutti-h2:2 \
       "$BENCH" allreduce $FLAGS --json "$json" > "$OUT/allreduce_hier${hier}_r${r}.txt"

@@ -9,6 +9,7 @@
 #include "core/logging.h"
 
 #include <cstring>
+#include <string>
 
 namespace tutti {
 namespace {
@@ -16,8 +17,11 @@ namespace {
 class TwoLevelControlPlane : public ControlPlane {
  public:
   TwoLevelControlPlane(std::unique_ptr<ControlPlane> set, std::unique_ptr<ControlPlane> local,
-                       std::unique_ptr<ControlPlane> leaders)
-      : set_(std::move(set)), local_(std::move(local)), leaders_(std::move(leaders)) {}
+                       std::unique_ptr<ControlPlane> leaders, std::string where)
+      : set_(std::move(set)),
+        local_(std::move(local)),
+        leaders_(std::move(leaders)),
+        where_(std::move(where)) {}
   int rank() const override { return set_->rank(); }
   int size() const override { return set_->size(); }
   std::vector<std::string> gather(const std::string& bytes, Deadline deadline) override {
@@ -28,9 +32,12 @@ class TwoLevelControlPlane : public ControlPlane {
   }
 
   void allreduceAnd(std::vector<uint64_t>& bits, Deadline deadline) override {
+    const char* step = "AND inside the host";
     try {
       if (local_) local_->allreduceAnd(bits, deadline);
+      step = "AND across hosts";
       if (leaders_) leaders_->allreduceAnd(bits, deadline);
+      step = "broadcast inside the host";
       if (!local_) return;
       const size_t bytes = bits.size() * sizeof(uint64_t);
       std::string mine;
@@ -43,8 +50,9 @@ class TwoLevelControlPlane : public ControlPlane {
                        std::to_string(bytes));
       if (bytes > 0) std::memcpy(bits.data(), result.data(), bytes);
     } catch (const Error& e) {
-      abort(e.what());
-      throw;
+      const std::string message = where_ + ", step '" + step + "': " + e.what();
+      abort(message);
+      throwError(e.code(), message);
     }
   }
 
@@ -58,6 +66,7 @@ class TwoLevelControlPlane : public ControlPlane {
   std::unique_ptr<ControlPlane> set_;
   std::unique_ptr<ControlPlane> local_;    // this host's members; none when alone
   std::unique_ptr<ControlPlane> leaders_;  // first member of each host; only on those
+  const std::string where_;                // "rank 3: two-level AND of process set 0 (...)"
 };
 
 }  // namespace
@@ -77,8 +86,11 @@ std::unique_ptr<ControlPlane> makeTwoLevelControlPlane(Transport& local_transpor
   if (set->rank() == 0)
     TUTTI_LOG(kInfo) << "process set " << layout.id << ": negotiation ANDs in two levels ("
                      << layout.describe() << ")";
+  const std::string where = "rank " + std::to_string(layout.localRanks()[layout.local]) +
+                            ": two-level AND of process set " + std::to_string(layout.id) +
+                            " (" + layout.describe() + ")";
   return std::make_unique<TwoLevelControlPlane>(std::move(set), std::move(local),
-                                                std::move(leaders));
+                                                std::move(leaders), where);
 }
 
 }  // namespace tutti

@@ -279,6 +279,8 @@ class FaultTest(MultiHostCase):
                 self.assertLess(took, DEADLINE + 30, out)
                 if mode == "--gloo":
                     self.assertRegex(out, r"rank [23] .*(killed by signal 9|SIGKILL)", out)
+                else:  # mpirun, or a rank of its host first: "world rank 2 (pid N) died"
+                    self.assertRegex(out, r"rank [23] [^\n]*(signal 9|died)", out)
                 self.assert_nothing_left()
 
     # Under MPI with a deadline longer than the 15 s in which tuttirun's keepalive settings
