@@ -21,7 +21,7 @@ NOT_YET = [
     (["--elastic-timeout"], 1, "elastic training", "issue 15"),
     (["--reset-limit"], 1, "elastic training", "issue 15"),
     (["--blacklist-cooldown-range"], 2, "elastic training", "issue 15"),
-    (["--hierarchical-allgather"], 0, "hierarchical allgather", "docs/PERFORMANCE.md"),
+    (["--hierarchical-allgather"], 0, "hierarchical allgather", "docs/architecture.md"),
     (["--torus-allreduce"], 0, "torus allreduce", "docs/launcher.md"),
     (["--mpi-threads-disable"], 0, "choosing MPI's thread level", "docs/launcher.md"),
     (["--num-nccl-streams"], 1, "several NCCL streams", "docs/nccl.md"),
