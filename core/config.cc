@@ -100,6 +100,14 @@ const std::vector<ConfigVar>& configTable() {
        [](const std::string& v, Config& c) {
          c.shm_buffer_bytes = parseInt("TUTTI_SHM_BUFFER_BYTES", v, 65536, int64_t(1) << 30);
        }},
+      {"TUTTI_HIERARCHICAL_ALLREDUCE", "bool", "1", "0, 1",
+       "Allreduce of process sets that span hosts with the same number (> 1) of members on "
+       "each: reduce-scatter over shm inside each host, allreduce of each slice across hosts "
+       "among the ranks of the same local rank, allgather over shm (measured faster at every "
+       "size, docs/PERFORMANCE.md); 0: one flat ring. The set's first rank's value counts.",
+       [](const std::string& v, Config& c) {
+         c.hierarchical_allreduce = parseBool("TUTTI_HIERARCHICAL_ALLREDUCE", v);
+       }},
       {"TUTTI_TIMEOUT_SECONDS", "float", "1800", "[0.1, 1e9]",
        "Deadline of the job's collective waits: negotiation, each collective, and tutti_wait "
        "without a timeout. A tensor some ranks submitted and others did not for this long "
@@ -241,6 +249,7 @@ const std::vector<HorovodTwin>& horovodTwins() {
       {"HOROVOD_TIMELINE_MARK_CYCLES", "TUTTI_TIMELINE_MARK_CYCLES"},
       {"HOROVOD_AUTOTUNE", "TUTTI_AUTOTUNE"},
       {"HOROVOD_AUTOTUNE_LOG", "TUTTI_AUTOTUNE_LOG"},
+      {"HOROVOD_HIERARCHICAL_ALLREDUCE", "TUTTI_HIERARCHICAL_ALLREDUCE"},
   };
   return twins;
 }
