@@ -93,6 +93,12 @@ std::vector<std::unique_ptr<Backend>> makeBackends(Transport& transport, Control
   return backends;
 }
 
+int hierarchicalAllreduce(const std::vector<std::unique_ptr<Backend>>& backends) {
+  for (const auto& b : backends)
+    if (int state = hierarchicalState(*b); state >= 0) return state;
+  return -1;
+}
+
 bool setHierarchicalAllreduce(const std::vector<std::unique_ptr<Backend>>& backends, bool on) {
   bool found = false;
   for (const auto& b : backends) found = setHierarchical(*b, on) || found;

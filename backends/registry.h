@@ -32,5 +32,7 @@ std::vector<std::unique_ptr<Backend>> makeBackends(Transport& transport, Control
 // Call it on every member of the set between the same two rounds (e.g. right after a
 // round's AND), from the background thread.
 bool setHierarchicalAllreduce(const std::vector<std::unique_ptr<Backend>>& backends, bool on);
+// 1 when the set's hierarchical allreduce is on, 0 when off, -1 when it has none.
+int hierarchicalAllreduce(const std::vector<std::unique_ptr<Backend>>& backends);
 
 }  // namespace tutti

@@ -177,9 +177,9 @@ const std::vector<ConfigVar>& configTable() {
        "hits, time per phase) to stderr at shutdown.",
        [](const std::string& v, Config& c) { c.print_stats = parseBool("TUTTI_STATS", v); }},
       {"TUTTI_AUTOTUNE", "bool", "0", "0, 1",
-       "Tunes TUTTI_FUSION_THRESHOLD, TUTTI_CYCLE_TIME_MS and the response cache on/off while "
-       "the job runs, by the bytes per second of measured windows (tuttirun --autotune; "
-       "docs/PERFORMANCE.md).",
+       "Tunes TUTTI_FUSION_THRESHOLD, TUTTI_CYCLE_TIME_MS, the response cache on/off and "
+       "hierarchical allreduce on/off (where the job has it) while the job runs, by the bytes "
+       "per second of measured windows (tuttirun --autotune; docs/PERFORMANCE.md).",
        [](const std::string& v, Config& c) { c.autotune = parseBool("TUTTI_AUTOTUNE", v); }},
       {"TUTTI_AUTOTUNE_LOG", "string", "(none)", "a file path",
        "Rank 0 writes every autotune window there as CSV (tuttirun --autotune-log-file).",

@@ -29,7 +29,9 @@ class HierarchicalBackend : public Backend {
         local_control_(std::move(local_control)),
         local_(std::move(local)),
         cross_(std::move(cross)),
-        on_(on) {}
+        on_(on),
+        algorithm_(std::string("shm reduce-scatter, ") + cross_->name() +
+                   " allreduce among equal local ranks, shm allgather") {}
 
   const char* name() const override { return "hierarchical"; }
   bool supports(OpType op, DataType dtype, DeviceType device) const override {
@@ -40,8 +42,12 @@ class HierarchicalBackend : public Backend {
   }
   int rank() const override { return flat_.rank(); }
   int size() const override { return flat_.size(); }
+  const char* algorithm(OpType op, int64_t bytes) const override {
+    return op == OpType::kAllreduce && on() ? algorithm_.c_str() : flat_.algorithm(op, bytes);
+  }
 
   void setOn(bool on) { on_.store(on, std::memory_order_relaxed); }
+  bool on() const { return on_.load(std::memory_order_relaxed); }
 
   void allreduce(const void* in, void* out, int64_t n, DataType dtype, ReduceOp op,
                  Deadline deadline) override {
@@ -109,6 +115,7 @@ class HierarchicalBackend : public Backend {
   std::unique_ptr<Backend> local_;               // shm, this host's members
   std::unique_ptr<Backend> cross_;               // transport, one member per host
   std::atomic<bool> on_;
+  const std::string algorithm_;
   bool announced_ = false;
   std::vector<int64_t> counts_;
   std::vector<uint8_t> slice_;
@@ -160,6 +167,11 @@ std::unique_ptr<Backend> makeHierarchicalBackend(Transport& transport, ControlPl
   shm.buffer_bytes = config.shm_buffer_bytes;
   shm.setup_seconds = config.start_timeout_seconds;
   return makeHierarchicalBackend(transport, control, flat, layout, layout.hierarchical, shm);
+}
+
+int hierarchicalState(const Backend& backend) {
+  auto* hierarchical = dynamic_cast<const HierarchicalBackend*>(&backend);
+  return hierarchical ? (hierarchical->on() ? 1 : 0) : -1;
 }
 
 bool setHierarchical(Backend& backend, bool on) {

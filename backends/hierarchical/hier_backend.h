@@ -37,5 +37,7 @@ std::unique_ptr<Backend> makeHierarchicalBackend(Transport& transport, ControlPl
 // allreduce on. Returns false when `backend` is not hierarchical. Call it on every member
 // of the set between the same two collectives.
 bool setHierarchical(Backend& backend, bool on);
+// 1 (on) or 0 (off) for a hierarchical backend, -1 for any other.
+int hierarchicalState(const Backend& backend);
 
 }  // namespace tutti

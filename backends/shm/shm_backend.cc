@@ -66,6 +66,11 @@ class ShmBackend : public Backend {
   }
   int rank() const override { return seg_->rank(); }
   int size() const override { return seg_->size(); }
+  // Broadcasts of these sizes go to the next backend (MPI's are faster there).
+  bool handsOnBroadcast(int64_t bytes) const {
+    return options_.next && bytes >= options_.next_broadcast_from &&
+           bytes < options_.next_broadcast_below;
+  }
   const char* algorithm(OpType op, int64_t bytes) const override {
     switch (op) {
       case OpType::kAllreduce:
@@ -74,6 +79,9 @@ class ShmBackend : public Backend {
       case OpType::kReducescatter: return "shm regions, each member reduces its own";
       case OpType::kAlltoall: return "shm regions, counts first";
       case OpType::kBarrier: return "shm round";
+      case OpType::kBroadcast:
+        if (handsOnBroadcast(bytes)) return options_.next->algorithm(op, bytes);
+        return "shm slots";
       default: return "shm slots";
     }
   }
@@ -141,9 +149,7 @@ class ShmBackend : public Backend {
 
   void broadcast(void* buf, int64_t n, DataType dtype, int root, Deadline deadline) override {
     const int64_t bytes = n * dataTypeBytes(dtype);  // the same on every member
-    if (options_.next && bytes >= options_.next_broadcast_from &&
-        bytes < options_.next_broadcast_below)
-      return options_.next->broadcast(buf, n, dtype, root, deadline);
+    if (handsOnBroadcast(bytes)) return options_.next->broadcast(buf, n, dtype, root, deadline);
     std::string what = begin("broadcast");
     checkCount(n, what);
     if (root < 0 || root >= seg_->size())

@@ -231,6 +231,24 @@ class HierarchicalTest(MultiHostCase):
         out = self.run_allreduce("--gloo", "--no-hierarchical-allreduce")
         self.assertNotIn("first hierarchical allreduce", out)
 
+    @unittest.skipUnless(TRAINER and os.path.exists(TRAINER), "trainer not built")
+    def test_autotune_switches_it_on_every_rank_at_once(self):
+        """Autotune tries hierarchical allreduce off and on again (1 ms windows); the
+        trainer's replicas stay identical, and every rank switched in the same round."""
+        rc, out, _ = launch(self.LAYOUT + ["--gloo", "--autotune", "--log-level", "debug",
+                                           TRAINER, "--steps", "400"],
+                            timeout=180, TUTTI_AUTOTUNE_WINDOW_SECONDS="0.001",
+                            TUTTI_AUTOTUNE_WARMUP_WINDOWS="0", TUTTI_AUTOTUNE_SAMPLES="1")
+        self.assertEqual(rc, 0, out[-4000:])
+        self.assertRegex(out, r"ranks 4 .*weights identical on all ranks: yes")
+        self.assertRegex(out, r"autotune: done after 29 windows: .*, hierarchical allreduce "
+                              r"o(n|ff)")
+        changes = {r: re.findall(r"\[tutti debug rank %d\] autotune: (.*hierarchical "
+                                 r"allreduce off from round \d+)" % r, out) for r in range(4)}
+        self.assertTrue(changes[0], out[-4000:])
+        for r in range(1, 4):
+            self.assertEqual(changes[r], changes[0])
+
 
 class FaultTest(MultiHostCase):
     LAYOUT = ["-H", "tutti-h1:2,tutti-h2:2"]
