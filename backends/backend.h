@@ -46,7 +46,7 @@ class Backend {
   virtual int rank() const = 0;  // index of this process in the group
   virtual int size() const = 0;
   // The algorithm this backend runs for `op` on `bytes` bytes per member ("ring",
-  // "shm one-round", "MPI_Allreduce", ...), for the timeline. Static text.
+  // "shm one-round", "MPI_Allreduce", ...), for the timeline. Valid while the backend lives.
   virtual const char* algorithm(OpType op, int64_t bytes) const = 0;
 
   // out[i] = op over members of in[i]; in == out means in place. op is never kAverage.

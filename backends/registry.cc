@@ -1,6 +1,7 @@
 // The only C++ file with #if TUTTI_WITH_*.
 #include "backends/registry.h"
 
+#include "backends/hierarchical/hier_backend.h"
 #include "backends/loopback/loopback.h"
 #include "backends/shm/shm_backend.h"
 #include "backends/shm/shm_control_plane.h"
@@ -80,11 +81,28 @@ std::vector<std::unique_ptr<Backend>> makeBackends(Transport& transport, Control
 #if TUTTI_WITH_NCCL
   if (auto nccl = makeNcclBackend(control, config)) backends.push_back(std::move(nccl));
 #endif
-  // Sets whose members all run on this host: shared memory ahead of the transport.
-  if (auto shm = makeShmBackend(control, ranks, id, config, transport.name()))
+  // Sets whose members all run on this host: shared memory ahead of the transport. Sets
+  // across hosts with as many members on each: hierarchical allreduce ahead of it.
+  auto flat = transport.makeBackend(ranks, id);
+  auto shm = makeShmBackend(control, ranks, id, config, transport.name(), *flat);
+  if (shm)
     backends.push_back(std::move(shm));
-  backends.push_back(transport.makeBackend(ranks, id));
+  else if (auto hier = makeHierarchicalBackend(transport, control, *flat, ranks, id, config))
+    backends.push_back(std::move(hier));
+  backends.push_back(std::move(flat));
   return backends;
+}
+
+int hierarchicalAllreduce(const std::vector<std::unique_ptr<Backend>>& backends) {
+  for (const auto& b : backends)
+    if (int state = hierarchicalState(*b); state >= 0) return state;
+  return -1;
+}
+
+bool setHierarchicalAllreduce(const std::vector<std::unique_ptr<Backend>>& backends, bool on) {
+  bool found = false;
+  for (const auto& b : backends) found = setHierarchical(*b, on) || found;
+  return found;
 }
 
 }  // namespace tutti

@@ -19,10 +19,20 @@ std::vector<std::string> builtBackends();
 std::unique_ptr<Transport> makeTransport(const Config& config);
 
 // The ordered data-plane backends for one group: the GPU backend first (when built and a
-// GPU is present), then the transport's CPU backend. The first whose supports() accepts an
-// op runs it.
+// GPU is present), then shm (every member on this host) or hierarchical allreduce (hosts
+// with as many members each, backends/hierarchical), then the transport's CPU backend. The
+// first whose supports() accepts an op runs it.
 std::vector<std::unique_ptr<Backend>> makeBackends(Transport& transport, ControlPlane& control,
                                                    const std::vector<int>& ranks, int id,
                                                    const Config& config);
+
+// Switches hierarchical allreduce on or off in a set's backends, from the next allreduce
+// on; TUTTI_HIERARCHICAL_ALLREDUCE gave the starting state. Returns false when the
+// set has no hierarchical backend (one host, one member per host, uneven hosts, shm off).
+// Call it on every member of the set between the same two rounds (e.g. right after a
+// round's AND), from the background thread.
+bool setHierarchicalAllreduce(const std::vector<std::unique_ptr<Backend>>& backends, bool on);
+// 1 when the set's hierarchical allreduce is on, 0 when off, -1 when it has none.
+int hierarchicalAllreduce(const std::vector<std::unique_ptr<Backend>>& backends);
 
 }  // namespace tutti

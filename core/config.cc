@@ -100,6 +100,14 @@ const std::vector<ConfigVar>& configTable() {
        [](const std::string& v, Config& c) {
          c.shm_buffer_bytes = parseInt("TUTTI_SHM_BUFFER_BYTES", v, 65536, int64_t(1) << 30);
        }},
+      {"TUTTI_HIERARCHICAL_ALLREDUCE", "bool", "1", "0, 1",
+       "Allreduce of process sets that span hosts with the same number (> 1) of members on "
+       "each: reduce-scatter over shm inside each host, allreduce of each slice across hosts "
+       "among the ranks of the same local rank, allgather over shm (measured faster at every "
+       "size, docs/PERFORMANCE.md); 0: one flat ring. The set's first rank's value counts.",
+       [](const std::string& v, Config& c) {
+         c.hierarchical_allreduce = parseBool("TUTTI_HIERARCHICAL_ALLREDUCE", v);
+       }},
       {"TUTTI_TIMEOUT_SECONDS", "float", "1800", "[0.1, 1e9]",
        "Deadline of the job's collective waits: negotiation, each collective, and tutti_wait "
        "without a timeout. A tensor some ranks submitted and others did not for this long "
@@ -169,9 +177,9 @@ const std::vector<ConfigVar>& configTable() {
        "hits, time per phase) to stderr at shutdown.",
        [](const std::string& v, Config& c) { c.print_stats = parseBool("TUTTI_STATS", v); }},
       {"TUTTI_AUTOTUNE", "bool", "0", "0, 1",
-       "Tunes TUTTI_FUSION_THRESHOLD, TUTTI_CYCLE_TIME_MS and the response cache on/off while "
-       "the job runs, by the bytes per second of measured windows (tuttirun --autotune; "
-       "docs/PERFORMANCE.md).",
+       "Tunes TUTTI_FUSION_THRESHOLD, TUTTI_CYCLE_TIME_MS, the response cache on/off and "
+       "hierarchical allreduce on/off (where the job has it) while the job runs, by the bytes "
+       "per second of measured windows (tuttirun --autotune; docs/PERFORMANCE.md).",
        [](const std::string& v, Config& c) { c.autotune = parseBool("TUTTI_AUTOTUNE", v); }},
       {"TUTTI_AUTOTUNE_LOG", "string", "(none)", "a file path",
        "Rank 0 writes every autotune window there as CSV (tuttirun --autotune-log-file).",
@@ -241,6 +249,7 @@ const std::vector<HorovodTwin>& horovodTwins() {
       {"HOROVOD_TIMELINE_MARK_CYCLES", "TUTTI_TIMELINE_MARK_CYCLES"},
       {"HOROVOD_AUTOTUNE", "TUTTI_AUTOTUNE"},
       {"HOROVOD_AUTOTUNE_LOG", "TUTTI_AUTOTUNE_LOG"},
+      {"HOROVOD_HIERARCHICAL_ALLREDUCE", "TUTTI_HIERARCHICAL_ALLREDUCE"},
   };
   return twins;
 }

@@ -1,4 +1,5 @@
 // Autotune's place in the round (core/autotune.h has the search).
+#include "backends/registry.h"
 #include "core/logging.h"
 #include "core/runtime.h"
 
@@ -26,6 +27,7 @@ void Runtime::tune(ProcessSet& global) {
   if (global.rank == 0) {
     const auto now = Clock::now();
     if (!autotuner_) {
+      tuned_.hierarchical = hierarchicalAllreduce(global.backends);  // -1: none to tune
       autotuner_ = std::make_unique<Autotuner>(tuned_, config_.autotune_warmup_windows,
                                                config_.autotune_samples,
                                                config_.cache_capacity > 0);
@@ -66,6 +68,11 @@ void Runtime::tune(ProcessSet& global) {
   next.cache = cache != 0;
   if (describe(next) != describe(tuned_))
     TUTTI_LOG(kDebug) << "autotune: " << describe(next) << " from round " << rounds_;
+  // Hierarchical allreduce switches now, between this round's AND and its execution, on
+  // every rank (rank 0's first broadcast also tells the others the starting state).
+  if (next.hierarchical >= 0 && next.hierarchical != tuned_.hierarchical)
+    for (const auto& set : allSets())
+      if (set->member()) setHierarchicalAllreduce(set->backends, next.hierarchical == 1);
   tuned_ = next;  // the cache follows at the start of the next round (Negotiator::useCache)
 }
 

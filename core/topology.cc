@@ -73,15 +73,19 @@ Topology topologyFromHosts(const Topology& claimed, const std::vector<std::strin
   return t;
 }
 
-Topology measureTopology(const Topology& claimed, ControlPlane& global, Deadline deadline) {
-  std::vector<std::string> gathered = global.gather(hostIdentity(), deadline);
+std::vector<std::string> exchangeLines(ControlPlane& control, const std::string& line,
+                                       Deadline deadline) {
   std::string all;
-  for (const auto& id : gathered) all += id + "\n";
-  all = global.broadcast(all, deadline);
-  std::vector<std::string> hosts;
+  for (const auto& l : control.gather(line, deadline)) all += l + "\n";
+  all = control.broadcast(all, deadline);
+  std::vector<std::string> lines;
   std::istringstream in(all);
-  for (std::string line; std::getline(in, line);) hosts.push_back(line);
-  return topologyFromHosts(claimed, hosts);
+  for (std::string l; std::getline(in, l);) lines.push_back(l);
+  return lines;
+}
+
+Topology measureTopology(const Topology& claimed, ControlPlane& global, Deadline deadline) {
+  return topologyFromHosts(claimed, exchangeLines(global, hostIdentity(), deadline));
 }
 
 }  // namespace tutti

@@ -26,6 +26,11 @@ std::string hostIdentity();
 // launcher gave disagrees with the hosts.
 Topology topologyFromHosts(const Topology& claimed, const std::vector<std::string>& hosts);
 
+// Collective over `control`: every member's `line` (no '\n' in it), in member order, on
+// every member (a gather and a broadcast).
+std::vector<std::string> exchangeLines(ControlPlane& control, const std::string& line,
+                                       Deadline deadline);
+
 // Collective over the global control plane (every rank, at init): exchanges identities and
 // returns topologyFromHosts() for this rank.
 Topology measureTopology(const Topology& claimed, ControlPlane& global, Deadline deadline);

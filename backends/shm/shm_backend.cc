@@ -8,6 +8,7 @@
 //     copies the other members' reduced slices into its output. Every member reduces 1/n.
 //   allgatherv: each member copies its block's piece into its slot; round; all copy.
 //   broadcast: the root copies a piece into its slot; round; the others copy it out.
+//     Sizes the options hand to the next backend (over MPI) go there instead.
 //   reducescatter: each member's slot holds one region per destination member; round;
 //     member r reduces region r of every slot into its output.
 //   alltoallv: counts are exchanged first (one round), then one region per other member
@@ -57,14 +58,19 @@ int64_t epochsFor(int64_t max_count, int64_t per) { return (max_count + per - 1)
 
 class ShmBackend : public Backend {
  public:
-  ShmBackend(std::unique_ptr<ShmSegment> seg, bool alltoall)
-      : seg_(std::move(seg)), ptrs_(seg_->size()), alltoall_(alltoall) {}
+  ShmBackend(std::unique_ptr<ShmSegment> seg, const detail::ShmOptions& options)
+      : seg_(std::move(seg)), ptrs_(seg_->size()), options_(options) {}
   const char* name() const override { return "shm"; }
   bool supports(OpType op, DataType, DeviceType device) const override {
-    return device == DeviceType::kCpu && (alltoall_ || op != OpType::kAlltoall);
+    return device == DeviceType::kCpu && (options_.alltoall || op != OpType::kAlltoall);
   }
   int rank() const override { return seg_->rank(); }
   int size() const override { return seg_->size(); }
+  // Broadcasts of these sizes go to the next backend (MPI's are faster there).
+  bool handsOnBroadcast(int64_t bytes) const {
+    return options_.next && bytes >= options_.next_broadcast_from &&
+           bytes < options_.next_broadcast_below;
+  }
   const char* algorithm(OpType op, int64_t bytes) const override {
     switch (op) {
       case OpType::kAllreduce:
@@ -73,6 +79,9 @@ class ShmBackend : public Backend {
       case OpType::kReducescatter: return "shm regions, each member reduces its own";
       case OpType::kAlltoall: return "shm regions, counts first";
       case OpType::kBarrier: return "shm round";
+      case OpType::kBroadcast:
+        if (handsOnBroadcast(bytes)) return options_.next->algorithm(op, bytes);
+        return "shm slots";
       default: return "shm slots";
     }
   }
@@ -139,6 +148,8 @@ class ShmBackend : public Backend {
   }
 
   void broadcast(void* buf, int64_t n, DataType dtype, int root, Deadline deadline) override {
+    const int64_t bytes = n * dataTypeSize(dtype);  // the same on every member
+    if (handsOnBroadcast(bytes)) return options_.next->broadcast(buf, n, dtype, root, deadline);
     std::string what = begin("broadcast");
     checkCount(n, what);
     if (root < 0 || root >= seg_->size())
@@ -274,7 +285,7 @@ class ShmBackend : public Backend {
   std::vector<const void*> ptrs_;
   std::vector<int64_t> offsets_;
   std::vector<uint8_t> staging_;
-  bool alltoall_;
+  const detail::ShmOptions options_;
 };
 
 }  // namespace
@@ -287,16 +298,22 @@ std::unique_ptr<Backend> makeShmBackend(ControlPlane& control, const std::vector
     TUTTI_LOG(kDebug) << "process set " << id << " does not use shm: " << why_not;
     return nullptr;
   }
-  return std::make_unique<ShmBackend>(std::move(seg), options.alltoall);
+  return std::make_unique<ShmBackend>(std::move(seg), options);
 }
 
 std::unique_ptr<Backend> makeShmBackend(ControlPlane& control, const std::vector<int>& ranks,
                                         int id, const Config& config,
-                                        const std::string& transport) {
+                                        const std::string& transport, Backend& next) {
   detail::ShmOptions options;
-  // Measured (docs/PERFORMANCE.md): Open MPI's alltoall, which copies once between the
-  // processes, beats shm's chunked one from 1 MiB; everything else is faster on shm.
+  // Measured (docs/PERFORMANCE.md, "Ops other than allreduce"): Open MPI's alltoall, which
+  // copies once between the processes, beats shm's chunked one from 1 MiB, and its
+  // broadcast beats shm's from 256 KiB to 4 MiB; everything else is faster on shm.
   options.alltoall = transport != "mpi";
+  if (transport == "mpi") {
+    options.next = &next;
+    options.next_broadcast_from = 256 << 10;
+    options.next_broadcast_below = 8 << 20;
+  }
   options.enabled = config.shm;
   options.buffer_bytes = config.shm_buffer_bytes;
   options.setup_seconds = config.start_timeout_seconds;

@@ -16,10 +16,12 @@ namespace tutti {
 // Collective over the members of `control` (world ranks `ranks`, process set `id`): a shm
 // backend when every member runs on this host and enables shm, else nullptr on every
 // member (the reason is logged at debug level). `transport` is the transport's name: over
-// "mpi" the backend leaves alltoall to MPI (measured faster).
+// "mpi" the backend leaves alltoall to MPI, and hands broadcasts of 256 KiB to 8 MiB to
+// `next`, the transport's backend of the same set (measured faster there); `next` must
+// outlive the result.
 std::unique_ptr<Backend> makeShmBackend(ControlPlane& control, const std::vector<int>& ranks,
                                         int id, const Config& config,
-                                        const std::string& transport);
+                                        const std::string& transport, Backend& next);
 // The same with explicit options (tests: small buffers force many chunks).
 std::unique_ptr<Backend> makeShmBackend(ControlPlane& control, const std::vector<int>& ranks,
                                         int id, const detail::ShmOptions& options);

@@ -7,6 +7,7 @@
 //   allreduceAnd: the vector (same length everywhere) in slices; every member ANDs all.
 #include "backends/shm/shm_control_plane.h"
 
+#include "backends/hierarchical/two_level_control_plane.h"
 #include "backends/shm/shm_segment.h"
 
 #include <algorithm>
@@ -126,8 +127,13 @@ class ShmTransport : public Transport {
                                                  int id) override {
     auto inner = inner_->makeControlPlane(ranks, id);
     auto seg = ShmSegment::create(*inner, ranks, id, options_, nullptr);
-    if (!seg) return inner;
-    return std::make_unique<ShmControlPlane>(std::move(inner), std::move(seg));
+    if (seg) return std::make_unique<ShmControlPlane>(std::move(inner), std::move(seg));
+    // Not on one host: the AND in two levels where hosts hold several members (this
+    // transport makes their local groups, over shm).
+    const detail::HostLayout layout =
+        detail::exchangeLayout(*inner, id, size(), ranks, options_.enabled, true,
+                               deadlineAfter(options_.setup_seconds));
+    return makeTwoLevelControlPlane(*this, *inner_, std::move(inner), layout);
   }
   std::unique_ptr<Backend> makeBackend(const std::vector<int>& ranks, int id) override {
     return inner_->makeBackend(ranks, id);

@@ -12,7 +12,8 @@
 namespace tutti {
 
 // Wraps `inner` (mpi or gloo): its control planes are replaced by shm ones for sets whose
-// members share this host (decided collectively at set creation, like the shm backend);
+// members share this host (decided collectively at set creation, like the shm backend),
+// and by two-level ones for sets across hosts with several members on some host;
 // everything else, the data-plane backends included, is inner's. Every rank must wrap its
 // transport (TUTTI_SHM=0 too: its set creations then decline for every member).
 std::unique_ptr<Transport> withShmControlPlanes(std::unique_ptr<Transport> inner,

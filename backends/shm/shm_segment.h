@@ -46,6 +46,10 @@ struct ShmOptions {
   double setup_seconds = 30;       // deadline of the collective setup
   bool enabled = true;             // this member's TUTTI_SHM
   bool alltoall = true;            // the backend runs alltoall (else leaves it to the next)
+  // Broadcasts of [next_broadcast_from, next_broadcast_below) bytes are handed to `next`
+  // (the transport's backend of the same set) when it is given.
+  Backend* next = nullptr;
+  int64_t next_broadcast_from = 0, next_broadcast_below = 0;
 };
 
 class ShmSegment {

@@ -21,6 +21,7 @@ SETTINGS = [
     ("timeline_mark_cycles", "TUTTI_TIMELINE_MARK_CYCLES", lambda v: "1"),
     ("autotune", "TUTTI_AUTOTUNE", lambda v: "1"),
     ("autotune_log_file", "TUTTI_AUTOTUNE_LOG", str),
+    ("hierarchical_allreduce", "TUTTI_HIERARCHICAL_ALLREDUCE", lambda v: "1" if v else "0"),
     ("cache_capacity", "TUTTI_CACHE_CAPACITY", str),
     ("stall_check_warning_time_seconds", "TUTTI_STALL_CHECK_TIME_SECONDS", str),
     ("stall_check_shutdown_time_seconds", "TUTTI_STALL_SHUTDOWN_TIME_SECONDS", str),
@@ -64,6 +65,15 @@ def make_parser():
                         "(TUTTI_AUTOTUNE=1)")
     p.add_argument("--autotune-log-file", metavar="FILE",
                    help="rank 0 writes each autotune window as CSV (TUTTI_AUTOTUNE_LOG)")
+    hier = p.add_mutually_exclusive_group()
+    hier.add_argument("--hierarchical-allreduce", dest="hierarchical_allreduce",
+                      action="store_const", const=True,
+                      help="allreduce in two levels (shm inside hosts, the network across) "
+                           "where every host runs as many ranks (TUTTI_HIERARCHICAL_ALLREDUCE=1, "
+                           "the default)")
+    hier.add_argument("--no-hierarchical-allreduce", dest="hierarchical_allreduce",
+                      action="store_const", const=False,
+                      help="one flat ring across hosts (TUTTI_HIERARCHICAL_ALLREDUCE=0)")
     p.add_argument("--cache-capacity", type=int, metavar="N",
                    help="response cache entries, 0 = off (TUTTI_CACHE_CAPACITY)")
     p.add_argument("--stall-check-warning-time-seconds", type=float, metavar="S",

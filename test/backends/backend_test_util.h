@@ -11,9 +11,11 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <numeric>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace tutti {
@@ -110,6 +112,21 @@ class Failures {
   std::mutex mu_;
   std::vector<std::string> list_;
 };
+
+// Runs fn(r) for r in 0..n-1, each on its own thread (threads as ranks), and joins them;
+// an exception becomes a failure naming the thread.
+inline void runThreads(int n, Failures& failures, const std::function<void(int)>& fn) {
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        fn(r);
+      } catch (const std::exception& e) {
+        failures.add("thread " + std::to_string(r) + " threw: " + e.what());
+      }
+    });
+  for (auto& t : threads) t.join();
+}
 
 // Compares `got` element-wise with the reduction reference; reports the first mismatch.
 inline void checkReduced(Failures& failures, const std::string& what, DataType dtype,

@@ -20,19 +20,6 @@ std::vector<int> worldRanks(int n) {
   return ranks;
 }
 
-void runThreads(int n, Failures& failures, const std::function<void(int)>& fn) {
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        fn(r);
-      } catch (const std::exception& e) {
-        failures.add("thread " + std::to_string(r) + " threw: " + e.what());
-      }
-    });
-  for (auto& t : threads) t.join();
-}
-
 TEST_CASE("loopback control plane: gather, broadcast, allreduceAnd") {
   for (int n : {1, 2, 3, 4, 5, 8}) {
     auto hub = makeLoopbackHub(n);

@@ -107,6 +107,10 @@ class HorovodrunFlagsTest(unittest.TestCase):
                  "45", "--log-level", "Debug", "true"])
         self.assertEqual(dry_env(r)["TUTTI_START_TIMEOUT_SECONDS"], "60.0")  # the larger
         self.assertEqual(dry_env(r)["TUTTI_LOG_LEVEL"], "debug")
+        for flag, value in (("--hierarchical-allreduce", "1"),
+                            ("--no-hierarchical-allreduce", "0")):
+            r = run(["-np", "1", "--dry-run", flag, "true"])
+            self.assertEqual(dry_env(r)["TUTTI_HIERARCHICAL_ALLREDUCE"], value)
         r = run(["-np", "1", "--dry-run", "--log-level", "LOUD", "true"])
         self.assertEqual(r.returncode, 2)
         self.assertIn("invalid choice", r.stderr)

@@ -144,9 +144,9 @@ case "${1:-}" in
     ip link set "veth-$2" "$3" ;;
   limit)
     [ $# -eq 3 ] || die "usage: hosts.sh limit HOST RATE|off"
-    ip -n "$2" qdisc del dev eth0 root 2>/dev/null || true
+    ip netns exec "$2" tc qdisc del dev eth0 root 2>/dev/null || true
     if [ "$3" != off ]; then
-      ip -n "$2" qdisc add dev eth0 root tbf rate "$3" burst 256kb latency 50ms
+      ip netns exec "$2" tc qdisc add dev eth0 root tbf rate "$3" burst 256kb latency 50ms
       tc qdisc del dev "veth-$2" root 2>/dev/null || true
       tc qdisc add dev "veth-$2" root tbf rate "$3" burst 256kb latency 50ms
     else

@@ -1,10 +1,11 @@
 """Multi-host tests on simulated hosts (hosts.sh: network namespaces on a bridge, each with
 its own host name and sshd), over gloo (tuttirun) and MPI (tuttirun --mpi, i.e. mpirun over
 ssh): per-rank topology for even, uneven and repeated-name layouts, the integration suite
-and the example trainer across hosts, the environment following the ranks, and faults (a
-remote rank killed with SIGKILL, a host whose link goes down mid-job): the job ends within
-its deadline naming the peer, the launcher exits non-zero, and nothing is left on any host;
-an elastic job instead drops and blacklists the host whose link went down and goes on.
+and the example trainer across hosts, the environment following the ranks, hierarchical
+allreduce and the two-level AND (2 hosts x 2 ranks), and faults (a remote rank killed
+with SIGKILL in a hierarchical allreduce, a host whose link goes down mid-job): the job ends
+within its deadline naming the peer, the launcher exits non-zero, and nothing is left on any
+host; an elastic job instead drops and blacklists the host whose link went down and goes on.
 
 Needs root, iproute2 and openssh-server; skipped (exit code 77 for CTest) without them.
 Environment (set by CTest): TUTTIRUN, PROBE, INTEG_DIR, TRAINER, ELASTIC_TRAINER.
@@ -198,15 +199,66 @@ class JobsAcrossHostsTest(MultiHostCase):
                 self.assertEqual(out.count("ENV TUTTI_MH_OVERRIDDEN=from-x"), 2, out)
 
 
+class HierarchicalTest(MultiHostCase):
+    """2 hosts x 2 ranks: allreduce in two levels (shm inside each host, the transport
+    across), forced on and off, every dtype x reduce op x count (0, 1,
+    odd, ...) in and out of place plus 16 MiB ones (many 64 KiB shm chunks); the
+    negotiation's AND in two levels in both."""
+    LAYOUT = ["-np", "4", "-H", "tutti-h1:2,tutti-h2:2"]
+    CASES = "allreduce every dtype*,large allreduces*"
+
+    def run_allreduce(self, mode, flag):
+        rc, out, _ = launch(self.LAYOUT + [mode, flag, "--log-level", "info",
+                                           os.path.join(INTEG_DIR, "integ_allreduce"),
+                                           self.CASES],
+                            timeout=240, TUTTI_TIMEOUT_SECONDS="60",
+                            TUTTI_SHM_BUFFER_BYTES="65536")
+        self.assertEqual(rc, 0, out[-4000:])
+        self.assertEqual(out.count("All tests passed"), 4, out[-4000:])
+        self.assertIn("process set 0: negotiation ANDs in two levels (2 hosts with 2+2 "
+                      "members)", out)
+        return out
+
+    def test_forced_on(self):
+        for mode in ("--gloo", "--mpi"):
+            with self.subTest(mode=mode):
+                out = self.run_allreduce(mode, "--hierarchical-allreduce")
+                self.assertRegex(out, r"process set 0: first hierarchical allreduce \(\d+ "
+                                      r"bytes; 2 hosts with 2\+2 members\)")
+        self.assert_nothing_left()
+
+    def test_forced_off(self):
+        out = self.run_allreduce("--gloo", "--no-hierarchical-allreduce")
+        self.assertNotIn("first hierarchical allreduce", out)
+
+    @unittest.skipUnless(TRAINER and os.path.exists(TRAINER), "trainer not built")
+    def test_autotune_switches_it_on_every_rank_at_once(self):
+        """Autotune tries hierarchical allreduce off and on again (1 ms windows); the
+        trainer's replicas stay identical, and every rank switched in the same round."""
+        rc, out, _ = launch(self.LAYOUT + ["--gloo", "--autotune", "--log-level", "debug",
+                                           TRAINER, "--steps", "400"],
+                            timeout=180, TUTTI_AUTOTUNE_WINDOW_SECONDS="0.001",
+                            TUTTI_AUTOTUNE_WARMUP_WINDOWS="0", TUTTI_AUTOTUNE_SAMPLES="1")
+        self.assertEqual(rc, 0, out[-4000:])
+        self.assertRegex(out, r"ranks 4 .*weights identical on all ranks: yes")
+        self.assertRegex(out, r"autotune: done after 29 windows: .*, hierarchical allreduce "
+                              r"o(n|ff)")
+        changes = {r: re.findall(r"\[tutti debug rank %d\] autotune: (.*hierarchical "
+                                 r"allreduce off from round \d+)" % r, out) for r in range(4)}
+        self.assertTrue(changes[0], out[-4000:])
+        for r in range(1, 4):
+            self.assertEqual(changes[r], changes[0])
+
+
 class FaultTest(MultiHostCase):
     LAYOUT = ["-H", "tutti-h1:2,tutti-h2:2"]
 
-    def start_loop(self, mode, seconds=120, deadline=DEADLINE):
+    def start_loop(self, mode, seconds=120, deadline=DEADLINE, **extra):
         args = ["-np", "4", mode] + self.LAYOUT + [PROBE, "loop", str(seconds)]
         proc = subprocess.Popen([TUTTIRUN] + args, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True, start_new_session=True,
                                 env=job_env(TUTTI_TIMEOUT_SECONDS=str(deadline),
-                                            TUTTI_START_TIMEOUT_SECONDS="20"))
+                                            TUTTI_START_TIMEOUT_SECONDS="20", **extra))
         lines = []
         end = time.monotonic() + 60
         while time.monotonic() < end and sum("LOOPING" in l for l in lines) < 4:
@@ -233,10 +285,12 @@ class FaultTest(MultiHostCase):
     def probe_pids(self, host):
         return [p.split(":")[0] for p in host_processes(host) if PROBE in p and "sh -c" not in p]
 
+    # The loop's allreduces run hierarchical (forced, should the default change): the kill
+    # lands in one of its steps, inside a host or across.
     def test_remote_rank_killed(self):
         for mode in ("--gloo", "--mpi"):
             with self.subTest(mode=mode):
-                proc, lines = self.start_loop(mode)
+                proc, lines = self.start_loop(mode, TUTTI_HIERARCHICAL_ALLREDUCE="1")
                 victims = self.probe_pids("tutti-h2")
                 self.assertTrue(victims, "no probe found on tutti-h2")
                 os.kill(int(victims[0]), 9)
@@ -245,6 +299,8 @@ class FaultTest(MultiHostCase):
                 self.assertLess(took, DEADLINE + 30, out)
                 if mode == "--gloo":
                     self.assertRegex(out, r"rank [23] .*(killed by signal 9|SIGKILL)", out)
+                else:  # mpirun, or a rank of its host first: "world rank 2 (pid N) died"
+                    self.assertRegex(out, r"rank [23] [^\n]*(signal 9|died)", out)
                 self.assert_nothing_left()
 
     # Under MPI with a deadline longer than the 15 s in which tuttirun's keepalive settings

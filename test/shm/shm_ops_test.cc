@@ -40,24 +40,17 @@ void runRanks(int n, Failures& failures, const std::function<void(int, Backend&)
   auto hub = makeLoopbackHub(n);
   std::vector<int> world(n);
   std::iota(world.begin(), world.end(), 0);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        auto transport = makeLoopbackTransport(hub, r);
-        auto control = transport->makeControlPlane(world, 7);
-        auto backend = makeShmBackend(*control, world, 7, options ? options(r) : smallBuffers());
-        if (n == 1) {
-          if (backend) failures.add("a set of one got an shm backend");
-          return;
-        }
-        if (!backend) return failures.add("rank " + std::to_string(r) + ": no shm backend");
-        fn(r, *backend);
-      } catch (const std::exception& e) {
-        failures.add("rank " + std::to_string(r) + " threw: " + e.what());
-      }
-    });
-  for (auto& t : threads) t.join();
+  runThreads(n, failures, [&](int r) {
+    auto transport = makeLoopbackTransport(hub, r);
+    auto control = transport->makeControlPlane(world, 7);
+    auto backend = makeShmBackend(*control, world, 7, options ? options(r) : smallBuffers());
+    if (n == 1) {
+      if (backend) failures.add("a set of one got an shm backend");
+      return;
+    }
+    if (!backend) return failures.add("rank " + std::to_string(r) + ": no shm backend");
+    fn(r, *backend);
+  });
 }
 
 std::string caseName(const char* op, int n, int64_t count, DataType dtype) {
@@ -217,6 +210,38 @@ TEST_CASE("shm abort poisons the segment: every member fails fast with the reaso
   });
   REQUIRE(failures.summary() == "0 failure(s)");
   for (const auto& e : errors) CHECK_THAT(e, Catch::Contains("test: stopping the job"));
+}
+
+TEST_CASE("shm hands broadcasts of the sizes its options name to the next backend") {
+  Failures failures;
+  auto hub = makeLoopbackHub(2);
+  std::vector<int> world = {0, 1};
+  runThreads(2, failures, [&](int r) {
+    auto transport = makeLoopbackTransport(hub, r);
+    auto control = transport->makeControlPlane(world, 9);
+    auto next = transport->makeBackend(world, 9);
+    detail::ShmOptions o = smallBuffers();
+    o.next = next.get();
+    o.next_broadcast_from = 1024;
+    o.next_broadcast_below = 4096;
+    auto shm = makeShmBackend(*control, world, 9, o);
+    if (!shm) return failures.add("no shm backend");
+    shm->abort("test: shm stopped");  // only the handed-over sizes can still run
+    for (int64_t count : {256, 1023}) {
+      std::vector<float> x(count, r == 1 ? 5.0f : 0.0f);
+      shm->broadcast(x.data(), count, DataType::kFloat32, 1, deadlineAfter(30));
+      if (x.front() != 5.0f || x.back() != 5.0f)
+        failures.add("broadcast of " + std::to_string(count) + " floats: wrong data");
+    }
+    std::vector<float> big(1024);
+    try {
+      shm->broadcast(big.data(), 1024, DataType::kFloat32, 1, deadlineAfter(30));
+      failures.add("a 4 KiB broadcast ran on the stopped shm backend");
+    } catch (const Error& e) {
+      if (e.code() != StatusCode::kAborted) failures.add(e.what());
+    }
+  });
+  REQUIRE(failures.summary() == "0 failure(s)");
 }
 
 TEST_CASE("shm declines alike on every member when one sets TUTTI_SHM=0") {
