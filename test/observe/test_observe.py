@@ -226,11 +226,11 @@ class Autotune(unittest.TestCase):
             code, out, err = run(
                 [TUTTIRUN, "-np", "2", "--gloo", "--autotune", "--autotune-log-file", csv,
                  "--fusion-threshold-mb", str(4096 / 1048576.0), "--cycle-time-ms", "20",
-                 PYTHON, os.path.join(HERE, "throughput.py"), "4000", "64", "4096"],
+                 PYTHON, os.path.join(HERE, "throughput.py"), "8000", "64", "4096"],
                 {"TUTTI_LOG_LEVEL": "debug", "TUTTI_AUTOTUNE_WINDOW_SECONDS": "0.05",
-                 "TUTTI_AUTOTUNE_WARMUP_WINDOWS": "1", "TUTTI_AUTOTUNE_SAMPLES": "1"})
+                 "TUTTI_AUTOTUNE_WARMUP_WINDOWS": "1", "TUTTI_AUTOTUNE_SAMPLES": "3"})
             self.assertEqual(code, 0, err[-3000:])
-            m = re.search(r"\[tutti info rank 0\] autotune: done after 26 windows: fusion "
+            m = re.search(r"\[tutti info rank 0\] autotune: done after 52 windows: fusion "
                           r"threshold (\d+) bytes, cycle time ([\d.]+) ms, cache (on|off)", err)
             self.assertTrue(m, err[-3000:])
             self.assertGreaterEqual(int(m.group(1)), 1 << 20)  # 4 KiB fuses nothing here
@@ -238,8 +238,8 @@ class Autotune(unittest.TestCase):
                 lines = f.read().splitlines()
             self.assertEqual(lines[0], "window,stage,fusion_threshold,cycle_time_ms,cache,"
                                        "hierarchical,bytes_per_second,scored")
-            self.assertEqual(len(lines), 1 + 26 + 1)
-            self.assertTrue(lines[-1].startswith("26,done,%s," % m.group(1)), lines[-1])
+            self.assertEqual(len(lines), 1 + 52 + 1)  # 1 + 23 + 20 + 8 windows
+            self.assertTrue(lines[-1].startswith("52,done,%s," % m.group(1)), lines[-1])
             self.assertTrue(lines[1].startswith("1,warmup,4096,20,1,-1,"), lines[1])
             # The cache was tried off (and the job kept giving right answers meanwhile:
             # throughput.py checks every result).
