@@ -223,6 +223,21 @@ def test_broadcast_fresh_optimizer_state(rank, size):
     assert len(opt.state) == len(list(model.parameters()))
 
 
+def test_broadcast_stateless_optimizer_leaves_synced_parameters(rank, size):
+    """Mid-training sync (an elastic reset): gradients left by the last backward pass differ
+    between ranks, and SGD without momentum has no state under torch 2. Creating the state
+    must not step the broadcast parameters with those gradients (or with weight decay)."""
+    model = make_model(seed=rank)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, weight_decay=0.1)
+    loss_of(model, rank).backward()
+    grads = [p.grad.clone() for p in model.parameters()]
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    hvd.broadcast_optimizer_state(opt, root_rank=0)
+    for p, e, g in zip(model.parameters(), make_model(seed=0).parameters(), grads):
+        assert torch.equal(p.detach(), e.detach())
+        assert torch.equal(p.grad, g)
+
+
 def test_without_named_parameters_and_frozen_params(rank, size):
     model = make_model()
     frozen = list(model.parameters())[0]

@@ -44,15 +44,7 @@ def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int,
         raise ValueError("cannot broadcast torch.optim.LBFGS state")
     state_dict = optimizer.state_dict()
     if len(state_dict["state"]) == 0:
-        for group in optimizer.param_groups:
-            for p in group["params"]:
-                if p.requires_grad and p.grad is None:
-                    p.grad = torch.zeros_like(p)
-        # A DistributedOptimizer's step() would allreduce; the wrapped step is enough here.
-        if hasattr(optimizer, "_tutti_distributed"):
-            super(optimizer.__class__, optimizer).step()
-        else:
-            optimizer.step()
+        _create_optimizer_state(optimizer)
         state_dict = optimizer.state_dict()
 
     # Hyper-parameters may be of any type (floats, tuples, bools, None): sent as one object.
@@ -79,6 +71,30 @@ def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int,
     for (pid, key), value in scalars.items():
         # state_dict()["state"][pid] is the optimizer's own per-parameter dict.
         state_dict["state"][pid][key] = value
+
+
+def _create_optimizer_state(optimizer):
+    """One step with zero gradients, so that a fresh optimizer's state exists on every rank;
+    the parameters and gradients are as before it. Gradients left by the last backward pass
+    (an elastic reset syncs mid-training) and weight decay would otherwise move the
+    parameters after they were broadcast, differently on each rank. (torch 2's SGD without
+    momentum keeps no state, so this runs at every sync of such an optimizer.)"""
+    params = [p for group in optimizer.param_groups for p in group["params"]
+              if p.requires_grad]
+    kept = [(p, p.detach().clone(), p.grad) for p in params]
+    with torch.no_grad():
+        for p in params:
+            p.grad = torch.zeros_like(p)
+        try:
+            # A DistributedOptimizer's step() would allreduce; the wrapped step is enough.
+            if hasattr(optimizer, "_tutti_distributed"):
+                super(optimizer.__class__, optimizer).step()
+            else:
+                optimizer.step()
+        finally:
+            for p, value, grad in kept:
+                p.copy_(value)
+                p.grad = grad
 
 
 def _to_byte_tensor(obj):
