@@ -231,6 +231,19 @@ class HierarchicalTest(MultiHostCase):
         out = self.run_allreduce("--gloo", "--no-hierarchical-allreduce")
         self.assertNotIn("first hierarchical allreduce", out)
 
+    def test_allgather_forced_on(self):
+        """integ_collectives' allgather cases (every dtype; rows equal, differing per rank,
+        none on some ranks, none at all) in two levels under --gloo."""
+        rc, out, _ = launch(self.LAYOUT + ["--gloo", "--hierarchical-allgather",
+                                           "--log-level", "info",
+                                           os.path.join(INTEG_DIR, "integ_collectives"),
+                                           "[allgather]"],
+                            timeout=120, TUTTI_TIMEOUT_SECONDS="60")
+        self.assertEqual(rc, 0, out[-4000:])
+        self.assertEqual(out.count("All tests passed"), 4, out[-4000:])
+        self.assertRegex(out, r"process set 0: first hierarchical allgather \(\d+ bytes; "
+                              r"2 hosts with 2\+2 members\)")
+
     @unittest.skipUnless(TRAINER and os.path.exists(TRAINER), "trainer not built")
     def test_autotune_switches_it_on_every_rank_at_once(self):
         """Autotune tries hierarchical allreduce off and on again (1 ms windows); the
