@@ -108,11 +108,12 @@ const std::vector<ConfigVar>& configTable() {
        [](const std::string& v, Config& c) {
          c.hierarchical_allreduce = parseBool("TUTTI_HIERARCHICAL_ALLREDUCE", v);
        }},
-      {"TUTTI_HIERARCHICAL_ALLGATHER", "bool", "0", "0, 1",
+      {"TUTTI_HIERARCHICAL_ALLGATHER", "bool", "1", "0, 1",
        "Allgather(v) of process sets that span hosts with the same number (> 1) of members "
        "on each: allgather across hosts among the ranks of the same local rank, then over "
-       "shm inside each host (docs/PERFORMANCE.md, \"Hierarchical allgather\"); 0: the flat "
-       "ring. Fixed when the set is made; the set's first rank's value counts.",
+       "shm inside each host (measured faster over 1 Gbit/s links, docs/PERFORMANCE.md, "
+       "\"Hierarchical allgather\"); 0: the flat ring. Fixed when the set is made; the set's "
+       "first rank's value counts.",
        [](const std::string& v, Config& c) {
          c.hierarchical_allgather = parseBool("TUTTI_HIERARCHICAL_ALLGATHER", v);
        }},

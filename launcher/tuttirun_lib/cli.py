@@ -80,11 +80,11 @@ def make_parser():
                          action="store_const", const=True,
                          help="allgather across hosts first, then over shm inside each host, "
                               "where every host runs as many ranks "
-                              "(TUTTI_HIERARCHICAL_ALLGATHER=1)")
+                              "(TUTTI_HIERARCHICAL_ALLGATHER=1, the default)")
     hier_ag.add_argument("--no-hierarchical-allgather", dest="hierarchical_allgather",
                          action="store_const", const=False,
                          help="one flat ring across hosts for allgather "
-                              "(TUTTI_HIERARCHICAL_ALLGATHER=0, the default)")
+                              "(TUTTI_HIERARCHICAL_ALLGATHER=0)")
     p.add_argument("--cache-capacity", type=int, metavar="N",
                    help="response cache entries, 0 = off (TUTTI_CACHE_CAPACITY)")
     p.add_argument("--stall-check-warning-time-seconds", type=float, metavar="S",
