@@ -108,6 +108,15 @@ const std::vector<ConfigVar>& configTable() {
        [](const std::string& v, Config& c) {
          c.hierarchical_allreduce = parseBool("TUTTI_HIERARCHICAL_ALLREDUCE", v);
        }},
+      {"TUTTI_HIERARCHICAL_ALLGATHER", "bool", "1", "0, 1",
+       "Allgather(v) of process sets that span hosts with the same number (> 1) of members "
+       "on each: allgather across hosts among the ranks of the same local rank, then over "
+       "shm inside each host (measured faster over 1 Gbit/s links, docs/PERFORMANCE.md, "
+       "\"Hierarchical allgather\"); 0: the flat ring. Fixed when the set is made; the set's "
+       "first rank's value counts.",
+       [](const std::string& v, Config& c) {
+         c.hierarchical_allgather = parseBool("TUTTI_HIERARCHICAL_ALLGATHER", v);
+       }},
       {"TUTTI_TIMEOUT_SECONDS", "float", "1800", "[0.1, 1e9]",
        "Deadline of the job's collective waits: negotiation, each collective, and tutti_wait "
        "without a timeout. A tensor some ranks submitted and others did not for this long "
@@ -250,6 +259,7 @@ const std::vector<HorovodTwin>& horovodTwins() {
       {"HOROVOD_AUTOTUNE", "TUTTI_AUTOTUNE"},
       {"HOROVOD_AUTOTUNE_LOG", "TUTTI_AUTOTUNE_LOG"},
       {"HOROVOD_HIERARCHICAL_ALLREDUCE", "TUTTI_HIERARCHICAL_ALLREDUCE"},
+      {"HOROVOD_HIERARCHICAL_ALLGATHER", "TUTTI_HIERARCHICAL_ALLGATHER"},
   };
   return twins;
 }

@@ -69,6 +69,7 @@ struct Config {
   bool shm = true;                        // shm backend for sets on one host (TUTTI_SHM)
   int64_t shm_buffer_bytes = 1ll << 20;   // per member and buffer (TUTTI_SHM_BUFFER_BYTES)
   bool hierarchical_allreduce = true;     // sets across hosts (TUTTI_HIERARCHICAL_ALLREDUCE)
+  bool hierarchical_allgather = true;     // sets across hosts (TUTTI_HIERARCHICAL_ALLGATHER)
   Topology topology;
   SlurmStep slurm;          // set when topology.source == "Slurm"
   ElasticWorker elastic;    // set when topology.source == "tuttirun elastic"

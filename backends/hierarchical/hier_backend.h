@@ -1,7 +1,8 @@
-// Hierarchical allreduce for a process set that spans hosts with the same number (> 1) of
-// members on each (docs/architecture.md, "Hierarchical collectives"). The registry puts it
-// ahead of the transport's backend for such sets; it runs allreduce only, and hands its
-// calls to that backend while switched off.
+// Hierarchical allreduce and allgather(v) for a process set that spans hosts with the same
+// number (> 1) of members on each (docs/architecture.md, "Hierarchical collectives"). The
+// registry puts it ahead of the transport's backend for such sets; it runs allreduce (while
+// switched on) and allgather (when the set was made with it on), and hands every other call
+// to that backend.
 #pragma once
 
 #include "backends/backend.h"
@@ -27,7 +28,8 @@ std::unique_ptr<Backend> makeHierarchicalBackend(Transport& transport, ControlPl
                                                  int id, const Config& config);
 
 // The same with an explicit layout and shm options (tests: threads as ranks with made-up
-// hosts), starting on or off. Collective over `control` as above.
+// hosts), allreduce starting on or off, allgather as layout.hierarchical_allgather says.
+// Collective over `control` as above.
 std::unique_ptr<Backend> makeHierarchicalBackend(Transport& transport, ControlPlane& control,
                                                  Backend& flat,
                                                  const detail::HostLayout& layout, bool on,

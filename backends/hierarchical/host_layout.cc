@@ -56,8 +56,10 @@ int HostLayout::subId(int k) const {
   return static_cast<int>(sub);
 }
 
-std::string encodeLayoutInfo(bool shm, bool hierarchical, const std::string& host_identity) {
-  return std::string(shm ? "1 " : "0 ") + (hierarchical ? "1 " : "0 ") + host_identity;
+std::string encodeLayoutInfo(bool shm, bool hierarchical, bool hierarchical_allgather,
+                             const std::string& host_identity) {
+  return std::string(shm ? "1 " : "0 ") + (hierarchical ? "1 " : "0 ") +
+         (hierarchical_allgather ? "1 " : "0 ") + host_identity;
 }
 
 HostLayout layoutFromInfos(int id, int world_size, const std::vector<int>& ranks, int me,
@@ -73,13 +75,16 @@ HostLayout layoutFromInfos(int id, int world_size, const std::vector<int>& ranks
   std::vector<std::string> names;
   for (size_t i = 0; i < infos.size(); ++i) {
     std::istringstream in(infos[i]);
-    int shm = 0, hierarchical = 1;
-    in >> shm >> hierarchical;
+    int shm = 0, hierarchical = 1, allgather = 0;
+    in >> shm >> hierarchical >> allgather;
     in.get();
     std::string host;
     std::getline(in, host);
     layout.shm = layout.shm && shm == 1;
-    if (i == 0) layout.hierarchical = hierarchical == 1;
+    if (i == 0) {
+      layout.hierarchical = hierarchical == 1;
+      layout.hierarchical_allgather = allgather == 1;
+    }
     auto it = std::find(names.begin(), names.end(), host);
     const int h = static_cast<int>(it - names.begin());
     if (it == names.end()) {
@@ -97,8 +102,9 @@ HostLayout layoutFromInfos(int id, int world_size, const std::vector<int>& ranks
 
 HostLayout exchangeLayout(ControlPlane& control, int id, int world_size,
                           const std::vector<int>& ranks, bool shm, bool hierarchical,
-                          Deadline deadline) {
-  const std::string mine = encodeLayoutInfo(shm, hierarchical, hostIdentity());
+                          Deadline deadline, bool hierarchical_allgather) {
+  const std::string mine =
+      encodeLayoutInfo(shm, hierarchical, hierarchical_allgather, hostIdentity());
   return layoutFromInfos(id, world_size, ranks, control.rank(),
                          exchangeLines(control, mine, deadline));
 }

@@ -21,6 +21,7 @@ struct HostLayout {
   int local = 0;                          // this member's index among its host's members
   bool shm = true;                        // every member enables shm (TUTTI_SHM)
   bool hierarchical = true;               // member 0's TUTTI_HIERARCHICAL_ALLREDUCE
+  bool hierarchical_allgather = false;    // member 0's TUTTI_HIERARCHICAL_ALLGATHER
 
   int hosts() const { return static_cast<int>(members.size()); }
   // More than one host, and some host with more than one member: worth two levels.
@@ -45,16 +46,17 @@ struct HostLayout {
 };
 
 // Pure: the layout of set member `me` when member i (world rank ranks[i]) says infos[i],
-// each "<shm 0|1> <hierarchical 0|1> <host identity>".
+// each "<shm 0|1> <hierarchical allreduce 0|1> <hierarchical allgather 0|1> <host identity>".
 HostLayout layoutFromInfos(int id, int world_size, const std::vector<int>& ranks, int me,
                            const std::vector<std::string>& infos);
-std::string encodeLayoutInfo(bool shm, bool hierarchical, const std::string& host_identity);
+std::string encodeLayoutInfo(bool shm, bool hierarchical, bool hierarchical_allgather,
+                             const std::string& host_identity);
 
-// Collective over `control` (the set's members): every member's host, TUTTI_SHM and
-// TUTTI_HIERARCHICAL_ALLREDUCE, one gather and one broadcast.
+// Collective over `control` (the set's members): every member's host, TUTTI_SHM,
+// TUTTI_HIERARCHICAL_ALLREDUCE and TUTTI_HIERARCHICAL_ALLGATHER, one gather and one broadcast.
 HostLayout exchangeLayout(ControlPlane& control, int id, int world_size,
                           const std::vector<int>& ranks, bool shm, bool hierarchical,
-                          Deadline deadline);
+                          Deadline deadline, bool hierarchical_allgather = false);
 
 }  // namespace detail
 }  // namespace tutti

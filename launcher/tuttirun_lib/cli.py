@@ -22,6 +22,7 @@ SETTINGS = [
     ("autotune", "TUTTI_AUTOTUNE", lambda v: "1"),
     ("autotune_log_file", "TUTTI_AUTOTUNE_LOG", str),
     ("hierarchical_allreduce", "TUTTI_HIERARCHICAL_ALLREDUCE", lambda v: "1" if v else "0"),
+    ("hierarchical_allgather", "TUTTI_HIERARCHICAL_ALLGATHER", lambda v: "1" if v else "0"),
     ("cache_capacity", "TUTTI_CACHE_CAPACITY", str),
     ("stall_check_warning_time_seconds", "TUTTI_STALL_CHECK_TIME_SECONDS", str),
     ("stall_check_shutdown_time_seconds", "TUTTI_STALL_SHUTDOWN_TIME_SECONDS", str),
@@ -74,6 +75,16 @@ def make_parser():
     hier.add_argument("--no-hierarchical-allreduce", dest="hierarchical_allreduce",
                       action="store_const", const=False,
                       help="one flat ring across hosts (TUTTI_HIERARCHICAL_ALLREDUCE=0)")
+    hier_ag = p.add_mutually_exclusive_group()
+    hier_ag.add_argument("--hierarchical-allgather", dest="hierarchical_allgather",
+                         action="store_const", const=True,
+                         help="allgather across hosts first, then over shm inside each host, "
+                              "where every host runs as many ranks "
+                              "(TUTTI_HIERARCHICAL_ALLGATHER=1, the default)")
+    hier_ag.add_argument("--no-hierarchical-allgather", dest="hierarchical_allgather",
+                         action="store_const", const=False,
+                         help="one flat ring across hosts for allgather "
+                              "(TUTTI_HIERARCHICAL_ALLGATHER=0)")
     p.add_argument("--cache-capacity", type=int, metavar="N",
                    help="response cache entries, 0 = off (TUTTI_CACHE_CAPACITY)")
     p.add_argument("--stall-check-warning-time-seconds", type=float, metavar="S",

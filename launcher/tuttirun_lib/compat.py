@@ -7,14 +7,12 @@ import sys
 # Flags asking for what tuttirun does anyway: accepted, nothing to do. (flags, why)
 ACCEPTED = [
     (["--disable-cache"], "tuttirun keeps no cache of start-up checks"),
-    (["--no-hierarchical-allgather"], "Tutti's allgather is not hierarchical"),
     (["--no-torus-allreduce"], "Tutti has no torus allreduce"),
     (["--no-mpi-threads-disable"], "Tutti initializes MPI with the thread level it needs"),
 ]
 
 # Flags of work not built yet: (flags, number of values, what, where to look).
 NOT_YET = [
-    (["--hierarchical-allgather"], 0, "hierarchical allgather", "docs/architecture.md"),
     (["--torus-allreduce"], 0, "torus allreduce", "docs/launcher.md"),
     (["--mpi-threads-disable"], 0, "choosing MPI's thread level", "docs/launcher.md"),
     (["--num-nccl-streams"], 1, "several NCCL streams", "docs/nccl.md"),

@@ -107,10 +107,12 @@ class HorovodrunFlagsTest(unittest.TestCase):
                  "45", "--log-level", "Debug", "true"])
         self.assertEqual(dry_env(r)["TUTTI_START_TIMEOUT_SECONDS"], "60.0")  # the larger
         self.assertEqual(dry_env(r)["TUTTI_LOG_LEVEL"], "debug")
-        for flag, value in (("--hierarchical-allreduce", "1"),
-                            ("--no-hierarchical-allreduce", "0")):
+        for flag, var, value in (("--hierarchical-allreduce", "ALLREDUCE", "1"),
+                                 ("--no-hierarchical-allreduce", "ALLREDUCE", "0"),
+                                 ("--hierarchical-allgather", "ALLGATHER", "1"),
+                                 ("--no-hierarchical-allgather", "ALLGATHER", "0")):
             r = run(["-np", "1", "--dry-run", flag, "true"])
-            self.assertEqual(dry_env(r)["TUTTI_HIERARCHICAL_ALLREDUCE"], value)
+            self.assertEqual(dry_env(r)["TUTTI_HIERARCHICAL_" + var], value)
         r = run(["-np", "1", "--dry-run", "--log-level", "LOUD", "true"])
         self.assertEqual(r.returncode, 2)
         self.assertIn("invalid choice", r.stderr)

@@ -2,7 +2,7 @@
 its own host name and sshd), over gloo (tuttirun) and MPI (tuttirun --mpi, i.e. mpirun over
 ssh): per-rank topology for even, uneven and repeated-name layouts, the integration suite
 and the example trainer across hosts, the environment following the ranks, hierarchical
-allreduce and the two-level AND (2 hosts x 2 ranks), and faults (a remote rank killed
+allreduce and allgather and the two-level AND (2 hosts x 2 ranks), and faults (a remote rank killed
 with SIGKILL in a hierarchical allreduce, a host whose link goes down mid-job): the job ends
 within its deadline naming the peer, the launcher exits non-zero, and nothing is left on any
 host; an elastic job instead drops and blacklists the host whose link went down and goes on.
@@ -203,7 +203,7 @@ class HierarchicalTest(MultiHostCase):
     """2 hosts x 2 ranks: allreduce in two levels (shm inside each host, the transport
     across), forced on and off, every dtype x reduce op x count (0, 1,
     odd, ...) in and out of place plus 16 MiB ones (many 64 KiB shm chunks); the
-    negotiation's AND in two levels in both."""
+    negotiation's AND in two levels in both; allgather in two levels."""
     LAYOUT = ["-np", "4", "-H", "tutti-h1:2,tutti-h2:2"]
     CASES = "allreduce every dtype*,large allreduces*"
 
@@ -230,6 +230,19 @@ class HierarchicalTest(MultiHostCase):
     def test_forced_off(self):
         out = self.run_allreduce("--gloo", "--no-hierarchical-allreduce")
         self.assertNotIn("first hierarchical allreduce", out)
+
+    def test_allgather_forced_on(self):
+        """integ_collectives' allgather cases (every dtype; rows equal, differing per rank,
+        none on some ranks, none at all) in two levels under --gloo."""
+        rc, out, _ = launch(self.LAYOUT + ["--gloo", "--hierarchical-allgather",
+                                           "--log-level", "info",
+                                           os.path.join(INTEG_DIR, "integ_collectives"),
+                                           "[allgather]"],
+                            timeout=120, TUTTI_TIMEOUT_SECONDS="60")
+        self.assertEqual(rc, 0, out[-4000:])
+        self.assertEqual(out.count("All tests passed"), 4, out[-4000:])
+        self.assertRegex(out, r"process set 0: first hierarchical allgather \(\d+ bytes; "
+                              r"2 hosts with 2\+2 members\)")
 
     @unittest.skipUnless(TRAINER and os.path.exists(TRAINER), "trainer not built")
     def test_autotune_switches_it_on_every_rank_at_once(self):

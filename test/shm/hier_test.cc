@@ -1,4 +1,4 @@
-// Hierarchical allreduce and the two-level AND with threads as ranks: made-up host
+// Hierarchical allreduce, allgatherv and the two-level AND with threads as ranks: made-up host
 // layouts (hosts.size() x per-host members, hosts interleaved by rank) over the loopback
 // transport wrapped with shm control planes, so every sub-group is real: shm segments
 // inside a "host", loopback groups across. 64 KiB shm buffers make large counts chunk.
@@ -13,16 +13,20 @@
 #include <algorithm>
 #include <functional>
 #include <numeric>
+#include <tuple>
 
 namespace tutti {
 namespace test {
 namespace {
 
-// Member r runs on host (r % hosts): ranks of one host are not contiguous.
-std::vector<std::string> infosFor(int hosts, int per_host, bool hierarchical) {
+// Member r runs on host (r % hosts): ranks of one host are not contiguous; `blocked`:
+// on host (r / per_host), each host's ranks contiguous.
+std::vector<std::string> infosFor(int hosts, int per_host, bool hierarchical,
+                                  bool allgather = false, bool blocked = false) {
   std::vector<std::string> infos;
   for (int r = 0; r < hosts * per_host; ++r)
-    infos.push_back(detail::encodeLayoutInfo(true, hierarchical, "h" + std::to_string(r % hosts)));
+    infos.push_back(detail::encodeLayoutInfo(
+        true, hierarchical, allgather, "h" + std::to_string(blocked ? r / per_host : r % hosts)));
   return infos;
 }
 
@@ -34,12 +38,13 @@ struct Rank {
 };
 
 void runRanks(int hosts, int per_host, bool on, Failures& failures,
-              const std::function<void(int, Rank&)>& fn) {
+              const std::function<void(int, Rank&)>& fn, bool allgather = false,
+              bool blocked = false) {
   const int n = hosts * per_host;
   auto hub = makeLoopbackHub(n);
   std::vector<int> world(n);
   std::iota(world.begin(), world.end(), 0);
-  const auto infos = infosFor(hosts, per_host, on);
+  const auto infos = infosFor(hosts, per_host, on, allgather, blocked);
   runThreads(n, failures, [&](int r) {
     Rank rank;
     rank.transport = withShmControlPlanes(makeLoopbackTransport(hub, r), Config());
@@ -68,6 +73,9 @@ TEST_CASE("host layout: hosts by first member, local and cross groups, distinct 
   CHECK(l.crossRanks() == std::vector<int>{5, 7, 9});
   CHECK(l.leaderRanks() == std::vector<int>{1, 2, 4});
   CHECK(l.hierarchical);
+  CHECK_FALSE(l.hierarchical_allgather);
+  CHECK(detail::layoutFromInfos(2, 10, ranks, 4, infosFor(3, 2, false, true))
+            .hierarchical_allgather);
   std::vector<int> ids;
   for (int me = 0; me < 6; ++me) {
     auto m = detail::layoutFromInfos(2, 10, ranks, me, infos);
@@ -80,7 +88,7 @@ TEST_CASE("host layout: hosts by first member, local and cross groups, distinct 
   // 3 local groups x 2 planes + 2 cross groups + 1 leaders group: each id shared only
   // by the members of one group.
   CHECK(std::unique(ids.begin(), ids.end()) - ids.begin() == 9);
-  infos[5] = detail::encodeLayoutInfo(false, true, "h0");  // uneven, and shm off on one
+  infos[5] = detail::encodeLayoutInfo(false, true, false, "h0");  // uneven, and shm off on one
   auto u = detail::layoutFromInfos(2, 10, ranks, 0, infos);
   CHECK_FALSE(u.even());
   CHECK(u.spansSharedHosts());
@@ -145,7 +153,7 @@ TEST_CASE("hierarchical allreduce switched at run time, and uneven hosts decline
   REQUIRE(failures.summary() == "0 failure(s)");
   // 3 members on two hosts: no hierarchical backend, the AND still in two levels.
   auto hub = makeLoopbackHub(3);
-  const std::vector<std::string> infos = {"1 1 a", "1 1 b", "1 1 a"};
+  const std::vector<std::string> infos = {"1 1 1 a", "1 1 1 b", "1 1 1 a"};
   runThreads(3, failures, [&](int r) {
     auto transport = withShmControlPlanes(makeLoopbackTransport(hub, r), Config());
     auto layout = detail::layoutFromInfos(4, 3, {0, 1, 2}, r, infos);
@@ -159,6 +167,57 @@ TEST_CASE("hierarchical allreduce switched at run time, and uneven hosts decline
     if (bits[0] != 6) failures.add("uneven AND: got " + std::to_string(bits[0]));
   });
   REQUIRE(failures.summary() == "0 failure(s)");
+}
+
+// Member r's block of the case with `salt`: counts[r] elements of bytes from r and the salt.
+std::vector<uint8_t> blockOf(int r, int64_t count, DataType dtype, int salt) {
+  std::vector<uint8_t> block(count * dataTypeSize(dtype));
+  for (size_t b = 0; b < block.size(); ++b) block[b] = static_cast<uint8_t>(r * 37 + b * 7 + salt);
+  return block;
+}
+
+TEST_CASE("hierarchical allgatherv: every dtype, 2x2, 3x2, 2x3, interleaved or not, uneven") {
+  // {hosts, members per host, hosts' ranks contiguous}: contiguous ranks need the reorder.
+  const std::vector<std::tuple<int, int, bool>> shapes = {
+      {2, 2, true}, {3, 2, true}, {2, 3, true}, {2, 2, false}, {3, 2, false}};
+  for (auto [hosts, per_host, blocked] : shapes) {
+    const int n = hosts * per_host;
+    // Per member: all empty, one each, odd, uneven with empty blocks, more than the shm
+    // buffer (64 KiB) in all.
+    const std::vector<std::function<int64_t(int)>> cases = {
+        [](int) { return 0; }, [](int) { return 1; }, [](int) { return 17; },
+        [](int r) { return r % 3 == 1 ? 0 : 2 * r + 1; },
+        [](int r) { return 9001 + 1000 * r; }};
+    Failures failures;
+    runRanks(hosts, per_host, false, failures, [&](int r, Rank& rank) {
+      if (!rank.hierarchical) return failures.add("no hierarchical backend");
+      CHECK(rank.hierarchical->supports(OpType::kAllgather, DataType::kBFloat16,
+                                        DeviceType::kCpu));
+      CHECK(std::string(rank.hierarchical->algorithm(OpType::kAllgather, 4)).find("shm") !=
+            std::string::npos);
+      int salt = 0;
+      for (const auto& countOf : cases)
+        for (DataType dtype : allDataTypes()) {
+          ++salt;
+          std::vector<int64_t> counts(n);
+          for (int j = 0; j < n; ++j) counts[j] = countOf(j);
+          std::vector<uint8_t> want, mine = blockOf(r, counts[r], dtype, salt);
+          for (int j = 0; j < n; ++j) {
+            auto block = blockOf(j, counts[j], dtype, salt);
+            want.insert(want.end(), block.begin(), block.end());
+          }
+          std::vector<uint8_t> out(want.size() + 1, 0xEE);
+          rank.hierarchical->allgatherv(mine.data(), out.data(), counts, dtype,
+                                        deadlineAfter(30));
+          if (!std::equal(want.begin(), want.end(), out.begin()) || out.back() != 0xEE)
+            return failures.add("allgatherv " + std::string(dataTypeName(dtype)) + " case " +
+                                std::to_string(salt) + ": wrong output on rank " +
+                                std::to_string(r));
+        }
+    }, true, blocked);
+    INFO(hosts << " hosts x " << per_host << (blocked ? ", contiguous" : ", interleaved"));
+    REQUIRE(failures.summary() == "0 failure(s)");
+  }
 }
 
 }  // namespace
