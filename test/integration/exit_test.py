@@ -62,7 +62,10 @@ class ExitTest(unittest.TestCase):
         for launcher in LAUNCHERS:
             with self.subTest(launcher=launcher):
                 job = Job(launcher, 2, ["sigstop", "1"])
-                self.check(job, (3, 1), TIMEOUT + 12, ["FAILED"])
+                # Under MPI the stopped rank is torn down by mpirun after the others fail:
+                # 8-10 s usually, 19.6 s once on a loaded 2-core CI run. The bound is "no
+                # hang", not a speed target.
+                self.check(job, (3, 1), TIMEOUT + 20, ["FAILED"])
 
     def test_peer_that_never_submits(self):
         """Defects 3 and 4: the error on the handle names the op, the tensor, the process
