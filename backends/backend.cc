@@ -1,7 +1,20 @@
-// Argument checks every CPU backend makes the same way (backend.h).
+// Argument checks every CPU backend makes the same way, and exchangeLines (backend.h).
 #include "backends/backend.h"
 
+#include <sstream>
+
 namespace tutti {
+
+std::vector<std::string> exchangeLines(ControlPlane& control, const std::string& line,
+                                       Deadline deadline) {
+  std::string all;
+  for (const auto& l : control.gather(line, deadline)) all += l + "\n";
+  all = control.broadcast(all, deadline);
+  std::vector<std::string> lines;
+  std::istringstream in(all);
+  for (std::string l; std::getline(in, l);) lines.push_back(l);
+  return lines;
+}
 
 void checkMemberCounts(const std::vector<int64_t>& counts, int members, const std::string& what) {
   if (static_cast<int>(counts.size()) != members)

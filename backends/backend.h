@@ -15,7 +15,7 @@
 // Errors are thrown as tutti::Error; the core catches them on the background thread.
 #pragma once
 
-#include "core/common.h"
+#include "base/common.h"
 
 #include <memory>
 #include <string>
@@ -83,6 +83,11 @@ class Transport {
                                                          int id) = 0;
   virtual std::unique_ptr<Backend> makeBackend(const std::vector<int>& ranks, int id) = 0;
 };
+
+// Collective over `control`: every member's `line` (no '\n' in it), in member order, on
+// every member (a gather and a broadcast).
+std::vector<std::string> exchangeLines(ControlPlane& control, const std::string& line,
+                                       Deadline deadline);
 
 // Checks a CPU backend makes alike. `what` names the op for the message ("mpi alltoallv ...").
 // Throws Error(kInvalidArgument) unless there is one count per member and none is negative.

@@ -1,7 +1,7 @@
 // A build without the gloo transport has no elastic jobs (backends/elastic.h).
 #include "backends/elastic.h"
 
-#include "core/common.h"
+#include "base/common.h"
 
 namespace tutti {
 

@@ -1,6 +1,6 @@
 #include "bench/data.h"
 
-#include "core/reduce.h"
+#include "base/reduce.h"
 
 #include <algorithm>
 #include <cmath>

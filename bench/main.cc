@@ -10,7 +10,7 @@
 #include "bench/report.h"
 #include "bench/runner.h"
 #include "bench/workloads.h"
-#include "core/common.h"
+#include "base/common.h"
 
 #include <cstdio>
 #include <exception>

@@ -1,7 +1,7 @@
 #include "bench/mpi_baseline.h"
 
-#include "core/common.h"
-#include "core/reduce.h"
+#include "base/common.h"
+#include "base/reduce.h"
 
 #include <mpi.h>
 

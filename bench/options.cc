@@ -1,6 +1,6 @@
 #include "bench/options.h"
 
-#include "core/common.h"
+#include "base/common.h"
 
 #include <algorithm>
 #include <cctype>

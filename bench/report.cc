@@ -1,6 +1,6 @@
 #include "bench/report.h"
 
-#include "core/common.h"
+#include "base/common.h"
 
 #include <unistd.h>
 

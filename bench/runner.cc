@@ -1,6 +1,6 @@
 #include "bench/runner.h"
 
-#include "core/common.h"
+#include "base/common.h"
 
 #include <chrono>
 #include <cstdlib>

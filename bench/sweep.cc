@@ -4,7 +4,7 @@
 #include "bench/workloads.h"
 
 #include "bench/data.h"
-#include "core/common.h"
+#include "base/common.h"
 
 #include <algorithm>
 #include <cstring>

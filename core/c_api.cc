@@ -1,6 +1,6 @@
 // The C API (tutti.h) over the C++ API. No exception crosses it; each failure leaves its
 // detail in a thread-local string for tutti_last_error().
-#include "core/common.h"
+#include "base/common.h"
 
 #include <tutti/tutti.h>
 #include <tutti/tutti.hpp>

@@ -1,7 +1,7 @@
 #include "core/config.h"
 
-#include "core/common.h"
-#include "core/logging.h"
+#include "base/common.h"
+#include "base/logging.h"
 
 #include <cctype>
 #include <cerrno>
@@ -61,13 +61,13 @@ std::string parseChoice(const char* name, const std::string& value,
   badValue(name, value, "one of " + all);
 }
 
-const std::vector<std::string> kLogLevels = {"trace", "debug", "info", "warning", "error", "fatal"};
+const std::vector<std::string> kLogLevels = [] {
+  std::vector<std::string> names;
+  for (int i = 0; i < kNumLogLevels; ++i) names.push_back(logLevelName(static_cast<LogLevel>(i)));
+  return names;
+}();
 
 }  // namespace
-
-const char* logLevelName(LogLevel level) {
-  return kLogLevels[static_cast<size_t>(level)].c_str();
-}
 
 const std::vector<ConfigVar>& configTable() {
   static const std::vector<ConfigVar> table = {

@@ -2,6 +2,8 @@
 // help). docs/env_vars.md lists the same table; a test keeps the two in step.
 #pragma once
 
+#include "base/logging.h"
+
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -9,8 +11,6 @@
 #include <vector>
 
 namespace tutti {
-
-enum class LogLevel : int { kTrace = 0, kDebug, kInfo, kWarning, kError, kFatal };
 
 struct Topology {
   int rank = 0, size = 1;
@@ -113,7 +113,5 @@ std::vector<std::string> settingsInForce(const Config& config);
 
 // The table rendered as a Markdown table (docs/env_vars.md embeds it).
 std::string configMarkdown();
-
-const char* logLevelName(LogLevel level);
 
 }  // namespace tutti

@@ -2,7 +2,7 @@
 // the host-update query. The generations themselves are joined at init by the gloo transport,
 // which also defines elasticGeneration() (backends/elastic.h).
 #include "backends/elastic.h"
-#include "core/common.h"
+#include "base/common.h"
 #include "core/config.h"
 
 #include <tutti/tutti.hpp>

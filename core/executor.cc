@@ -1,6 +1,6 @@
 #include "core/executor.h"
 
-#include "core/reduce.h"
+#include "base/reduce.h"
 
 #include <cctype>
 #include <cstdlib>

@@ -2,7 +2,7 @@
 // background thread, waited on/polled/released by API threads.
 #pragma once
 
-#include "core/common.h"
+#include "base/common.h"
 
 #include <condition_variable>
 #include <deque>

@@ -3,7 +3,7 @@
 // checks every length against the buffer and throws Error(kInternal) on a malformed message.
 #pragma once
 
-#include "core/common.h"
+#include "base/common.h"
 
 #include <cstdint>
 #include <string>

@@ -1,7 +1,7 @@
 #include "core/runtime.h"
 
 #include "backends/registry.h"
-#include "core/logging.h"
+#include "base/logging.h"
 #include "core/topology.h"
 #include "core/validation.h"
 

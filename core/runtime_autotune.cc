@@ -1,6 +1,6 @@
 // Autotune's place in the round (core/autotune.h has the search).
 #include "backends/registry.h"
-#include "core/logging.h"
+#include "base/logging.h"
 #include "core/runtime.h"
 
 #include <cstdio>

@@ -1,6 +1,6 @@
 // What the Runtime tells about itself: the job clock, the timeline switch, and the startup
 // logs (settings in force, topology, backends per set and op).
-#include "core/logging.h"
+#include "base/logging.h"
 #include "core/runtime.h"
 
 #include <algorithm>

@@ -1,7 +1,7 @@
 // The background thread's round (see runtime.h, steps 2-5): each set's negotiator builds
 // its bits, one AND-allreduce for all, then set by set: agree, plan fusion, execute; and
 // rank 0's stall checks.
-#include "core/logging.h"
+#include "base/logging.h"
 #include "core/runtime.h"
 
 #include <algorithm>

@@ -7,7 +7,7 @@
 // a struct the C API has handed out.
 #pragma once
 
-#include "core/common.h"
+#include "base/common.h"
 
 #include <array>
 #include <atomic>

@@ -14,7 +14,7 @@
 // Thread-safe. After close() every call is a no-op.
 #pragma once
 
-#include "core/common.h"
+#include "base/common.h"
 #include "core/job_clock.h"
 
 #include <mutex>

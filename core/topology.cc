@@ -1,27 +1,12 @@
 #include "core/topology.h"
 
-#include "core/common.h"
+#include "base/common.h"
+#include "base/host_identity.h"
 
-#include <unistd.h>
-
-#include <fstream>
-#include <limits.h>
 #include <map>
 #include <sstream>
 
 namespace tutti {
-
-std::string hostIdentity() {
-  char name[HOST_NAME_MAX + 1] = {};
-  if (gethostname(name, sizeof(name) - 1) != 0) name[0] = '\0';
-  std::string boot;
-  std::ifstream("/proc/sys/kernel/random/boot_id") >> boot;
-  std::string id = std::string(name) + " " + boot;
-  for (char& c : id)
-    if (c == '\n') c = ' ';
-  return id;
-}
-
 namespace {
 
 std::string hostName(const std::string& identity) {
@@ -71,17 +56,6 @@ Topology topologyFromHosts(const Topology& claimed, const std::vector<std::strin
       (claimed.cross_rank != t.cross_rank || claimed.cross_size != t.cross_size))
     disagree("cross", claimed.cross_rank, claimed.cross_size, t.cross_rank, t.cross_size);
   return t;
-}
-
-std::vector<std::string> exchangeLines(ControlPlane& control, const std::string& line,
-                                       Deadline deadline) {
-  std::string all;
-  for (const auto& l : control.gather(line, deadline)) all += l + "\n";
-  all = control.broadcast(all, deadline);
-  std::vector<std::string> lines;
-  std::istringstream in(all);
-  for (std::string l; std::getline(in, l);) lines.push_back(l);
-  return lines;
 }
 
 Topology measureTopology(const Topology& claimed, ControlPlane& global, Deadline deadline) {

@@ -17,19 +17,10 @@
 
 namespace tutti {
 
-// This process's host: its host name (UTS namespace) and the kernel's boot id, so that two
-// machines cloned with the same name still differ. Never contains '\n'.
-std::string hostIdentity();
-
 // Pure: the topology of `rank` when rank r runs on hosts[r]. `claimed` gives rank, size,
 // source and what the launcher said; throws Error(kInvalidArgument) when a value the
 // launcher gave disagrees with the hosts.
 Topology topologyFromHosts(const Topology& claimed, const std::vector<std::string>& hosts);
-
-// Collective over `control`: every member's `line` (no '\n' in it), in member order, on
-// every member (a gather and a broadcast).
-std::vector<std::string> exchangeLines(ControlPlane& control, const std::string& line,
-                                       Deadline deadline);
 
 // Collective over the global control plane (every rank, at init): exchanges identities and
 // returns topologyFromHosts() for this rank.

@@ -1,7 +1,7 @@
 #include "backends/gloo/elastic_join.h"
 
 #include "backends/elastic.h"
-#include "core/common.h"
+#include "base/common.h"
 
 #include <algorithm>
 #include <atomic>

@@ -6,7 +6,7 @@
 #include "backends/gloo/gloo_backend.h"
 
 #include "backends/gloo/gloo_algorithms.h"
-#include "core/reduce.h"
+#include "base/reduce.h"
 
 #include <cstring>
 #include <numeric>

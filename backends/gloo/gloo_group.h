@@ -7,8 +7,8 @@
 // abort() may be called from any thread. Owns its context (shared with nothing else).
 #pragma once
 
-#include "core/common.h"
-#include "core/first_error.h"
+#include "base/common.h"
+#include "base/first_error.h"
 
 #include <gloo/context.h>
 #include <gloo/transport/unbound_buffer.h>

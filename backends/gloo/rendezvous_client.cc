@@ -1,7 +1,7 @@
 #include "backends/gloo/rendezvous_client.h"
 
 #include "backends/gloo/rendezvous_wire.h"
-#include "core/common.h"
+#include "base/common.h"
 
 #include <cerrno>
 #include <cstring>

@@ -1,6 +1,6 @@
 #include "backends/gloo/rendezvous_wire.h"
 
-#include "core/common.h"
+#include "base/common.h"
 
 #include <openssl/crypto.h>
 #include <openssl/evp.h>

@@ -1,6 +1,6 @@
 #include "backends/gloo/slurm_rendezvous.h"
 
-#include "core/common.h"
+#include "base/common.h"
 
 #include <cerrno>
 #include <chrono>

@@ -17,7 +17,7 @@
 #include "backends/hierarchical/hier_backend.h"
 
 #include "backends/shm/shm_backend.h"
-#include "core/logging.h"
+#include "base/logging.h"
 
 #include <algorithm>
 #include <atomic>

@@ -1,6 +1,7 @@
 #include "backends/hierarchical/host_layout.h"
 
-#include "core/topology.h"
+#include "backends/backend.h"
+#include "base/host_identity.h"
 
 #include <algorithm>
 #include <climits>

@@ -6,7 +6,7 @@
 // the members waiting in another part fail fast.
 #include "backends/hierarchical/two_level_control_plane.h"
 
-#include "core/logging.h"
+#include "base/logging.h"
 
 #include <cstring>
 #include <string>

@@ -5,7 +5,7 @@
 #include "backends/loopback/loopback.h"
 
 #include "backends/loopback/loopback_group.h"
-#include "core/reduce.h"
+#include "base/reduce.h"
 
 #include <algorithm>
 #include <cstring>

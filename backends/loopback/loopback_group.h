@@ -3,8 +3,8 @@
 #pragma once
 
 #include "backends/loopback/loopback.h"
-#include "core/common.h"
-#include "core/first_error.h"
+#include "base/common.h"
+#include "base/first_error.h"
 
 #include <atomic>
 #include <condition_variable>

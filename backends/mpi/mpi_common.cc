@@ -1,6 +1,6 @@
 #include "backends/mpi/mpi_common.h"
 
-#include "core/reduce.h"
+#include "base/reduce.h"
 
 #include <sched.h>
 #include <unistd.h>

@@ -4,8 +4,8 @@
 #pragma once
 
 #include "backends/backend.h"
-#include "core/common.h"
-#include "core/first_error.h"
+#include "base/common.h"
+#include "base/first_error.h"
 
 #include <mpi.h>
 

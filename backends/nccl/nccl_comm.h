@@ -10,7 +10,7 @@
 #pragma once
 
 #include "backends/backend.h"
-#include "core/first_error.h"
+#include "base/first_error.h"
 
 #include <cuda_runtime_api.h>
 #include <nccl.h>

@@ -3,7 +3,7 @@
 // No CUDA calls here, so the tests check these tables on machines without a GPU.
 #pragma once
 
-#include "core/common.h"
+#include "base/common.h"
 
 #include <nccl.h>
 

@@ -17,8 +17,8 @@
 // are the same on every member), so the rounds stay matched.
 #include "backends/shm/shm_backend.h"
 
-#include "core/logging.h"
-#include "core/reduce.h"
+#include "base/logging.h"
+#include "base/reduce.h"
 
 #include <algorithm>
 #include <cstring>

@@ -1,6 +1,6 @@
 #include "backends/shm/shm_segment.h"
 
-#include "core/topology.h"
+#include "base/host_identity.h"
 
 #include <fcntl.h>
 #include <sched.h>

@@ -3,7 +3,7 @@
 //                         where its value came from (default, environment, tuttirun)
 //   tutti-info --env-markdown   the TUTTI_* table as Markdown (docs/env_vars.md embeds it)
 #include "backends/registry.h"
-#include "core/common.h"
+#include "base/common.h"
 #include "core/config.h"
 
 #include <cstdio>

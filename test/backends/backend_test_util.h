@@ -5,8 +5,8 @@
 #pragma once
 
 #include "backends/backend.h"
-#include "core/common.h"
-#include "core/reduce.h"
+#include "base/common.h"
+#include "base/reduce.h"
 
 #include <algorithm>
 #include <cstdint>

@@ -4,7 +4,7 @@
 // Exit 0 only when every collective, dtype, op and count matched on every rank.
 #include "bench/data.h"
 #include "bench/mpi_baseline.h"
-#include "core/common.h"
+#include "base/common.h"
 #if TUTTI_BENCH_TEST_GLOO
 #include "bench/gloo_baseline.h"
 #endif

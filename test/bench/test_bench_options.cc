@@ -3,7 +3,7 @@
 #include "bench/data.h"
 #include "bench/options.h"
 #include "bench/report.h"
-#include "core/common.h"
+#include "base/common.h"
 
 #include "test/catch.h"
 

@@ -3,9 +3,9 @@
 // results, and a failure counter that makes the process exit non-zero.
 #pragma once
 
-#include "core/common.h"
+#include "base/common.h"
 #include "core/config.h"
-#include "core/reduce.h"
+#include "base/reduce.h"
 
 #include <algorithm>
 #include <cstdio>

@@ -1,6 +1,6 @@
 #include "test/nccl/nccl_test_util.h"
 
-#include "core/reduce.h"
+#include "base/reduce.h"
 
 #include <cuda_runtime_api.h>
 

@@ -7,7 +7,7 @@
 #include "backends/gloo/rendezvous_server.h"
 #include "backends/gloo/rendezvous_wire.h"
 #include "backends/gloo/slurm_rendezvous.h"
-#include "core/common.h"
+#include "base/common.h"
 #include "test/catch.h"
 
 #include <chrono>

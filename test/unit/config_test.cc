@@ -1,4 +1,4 @@
-#include "core/common.h"
+#include "base/common.h"
 #include "core/config.h"
 
 #include "test/catch.h"

@@ -2,6 +2,8 @@
 // check of what the launcher said.
 #include "core/topology.h"
 
+#include "base/host_identity.h"
+
 #include "test/catch.h"
 
 #include <string>

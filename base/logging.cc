@@ -1,4 +1,4 @@
-#include "core/logging.h"
+#include "base/logging.h"
 
 #include <atomic>
 #include <cstdio>
@@ -8,6 +8,12 @@ namespace {
 std::atomic<int> g_level{static_cast<int>(LogLevel::kWarning)};
 std::atomic<int> g_rank{-1};
 }  // namespace
+
+const char* logLevelName(LogLevel level) {
+  static const char* const kNames[kNumLogLevels] = {"trace", "debug", "info",
+                                                    "warning", "error", "fatal"};
+  return kNames[static_cast<int>(level)];
+}
 
 void setLogLevel(LogLevel level) { g_level = static_cast<int>(level); }
 void setLogRank(int rank) { g_rank = rank; }

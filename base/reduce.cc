@@ -1,4 +1,4 @@
-#include "core/reduce.h"
+#include "base/reduce.h"
 
 // The element loops are the shm backend's hot path: let GCC vectorize them at any -O level
 // (at -O2 its cost model refuses loops that need a scalar remainder). Clang vectorizes at -O2.

@@ -1,4 +1,4 @@
-#include "core/common.h"
+#include "base/common.h"
 
 #include <algorithm>
 #include <cmath>

@@ -3,7 +3,7 @@
 // float16 and bfloat16 are computed in float and rounded to nearest-even once per step.
 #pragma once
 
-#include "core/common.h"
+#include "base/common.h"
 
 #include <cstdint>
 

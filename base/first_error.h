@@ -3,7 +3,7 @@
 // one. Thread-safe; isSet() is a lock-free load, cheap enough for a wait loop.
 #pragma once
 
-#include "core/common.h"
+#include "base/common.h"
 
 #include <atomic>
 #include <mutex>

@@ -1,11 +1,15 @@
 // Minimal leveled logging to stderr, one whole line per message, prefixed with the rank.
 #pragma once
 
-#include "core/config.h"
-
 #include <sstream>
+#include <string>
 
 namespace tutti {
+
+enum class LogLevel : int { kTrace = 0, kDebug, kInfo, kWarning, kError, kFatal };
+constexpr int kNumLogLevels = 6;
+
+const char* logLevelName(LogLevel level);  // "trace", ..., "fatal" (TUTTI_LOG_LEVEL's values)
 
 void setLogLevel(LogLevel level);
 void setLogRank(int rank);
