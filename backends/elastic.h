@@ -12,7 +12,7 @@
 //  one; a worker that ran in g joins only a later one.
 #pragma once
 
-#include "core/config.h"
+#include "backends/options.h"
 
 #include <cstdint>
 
@@ -28,6 +28,6 @@ int64_t elasticGeneration();
 // (hosts were added or removed, or a worker failed). Asks the rendezvous server; throws
 // Error(kUnsupported) outside an elastic job, Error(kTimeout/kBackend) when the server cannot
 // be reached.
-bool elasticHostsUpdated(const Config& config);
+bool elasticHostsUpdated(const BackendOptions& options);
 
 }  // namespace tutti

@@ -9,7 +9,7 @@ bool elasticJob() { return false; }
 
 int64_t elasticGeneration() { return -1; }
 
-bool elasticHostsUpdated(const Config&) {
+bool elasticHostsUpdated(const BackendOptions&) {
   throwError(StatusCode::kUnsupported,
              "elastic jobs need the gloo transport, which this build of Tutti lacks");
 }

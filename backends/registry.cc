@@ -40,32 +40,31 @@ bool backendBuiltByName(const std::string& name) {
 
 namespace {
 
-std::string defaultCpuOperations(const Config& config) {
-  if (!config.rendezvous_addr.empty()) return "gloo";
-  if (config.topology.source == "Open MPI") return "mpi";
-  if (config.topology.size == 1) return "loopback";
+std::string defaultCpuOperations(const BackendOptions& options) {
+  if (!options.rendezvous_addr.empty()) return "gloo";
+  if (options.launcher == "Open MPI") return "mpi";
+  if (options.size == 1) return "loopback";
   // Launched by Slurm or with only TUTTI_* topology: MPI if we have it, else gloo.
   return backendBuiltByName("mpi") ? "mpi" : "gloo";
 }
 
 }  // namespace
 
-std::unique_ptr<Transport> makeTransport(const Config& config) {
-  std::string which = config.cpu_operations.empty() ? defaultCpuOperations(config)
-                                                    : config.cpu_operations;
+std::unique_ptr<Transport> makeTransport(const BackendOptions& options) {
+  std::string which = options.cpu_operations.empty() ? defaultCpuOperations(options)
+                                                     : options.cpu_operations;
   if (which == "loopback") {
-    if (config.topology.size != 1)
+    if (options.size != 1)
       throwError(StatusCode::kInvalidArgument,
                  "TUTTI_CPU_OPERATIONS=loopback runs a world of one process, but this job has " +
-                     std::to_string(config.topology.size) + " ranks (from " +
-                     config.topology.source + ")");
+                     std::to_string(options.size) + " ranks (from " + options.launcher + ")");
     return makeLoopbackTransport(makeLoopbackHub(1), 0);
   }
 #if TUTTI_WITH_MPI
-  if (which == "mpi") return withShmControlPlanes(makeMpiTransport(config), config);
+  if (which == "mpi") return withShmControlPlanes(makeMpiTransport(options), options);
 #endif
 #if TUTTI_WITH_GLOO
-  if (which == "gloo") return withShmControlPlanes(makeGlooTransport(config), config);
+  if (which == "gloo") return withShmControlPlanes(makeGlooTransport(options), options);
 #endif
   std::string built;
   for (const auto& name : builtBackends()) built += (built.empty() ? "" : ", ") + name;
@@ -76,18 +75,18 @@ std::unique_ptr<Transport> makeTransport(const Config& config) {
 
 std::vector<std::unique_ptr<Backend>> makeBackends(Transport& transport, ControlPlane& control,
                                                    const std::vector<int>& ranks, int id,
-                                                   const Config& config) {
+                                                   const BackendOptions& options) {
   std::vector<std::unique_ptr<Backend>> backends;
 #if TUTTI_WITH_NCCL
-  if (auto nccl = makeNcclBackend(control, config)) backends.push_back(std::move(nccl));
+  if (auto nccl = makeNcclBackend(control, options)) backends.push_back(std::move(nccl));
 #endif
   // Sets whose members all run on this host: shared memory ahead of the transport. Sets
   // across hosts with as many members on each: hierarchical allreduce ahead of it.
   auto flat = transport.makeBackend(ranks, id);
-  auto shm = makeShmBackend(control, ranks, id, config, transport.name(), *flat);
+  auto shm = makeShmBackend(control, ranks, id, options, transport.name(), *flat);
   if (shm)
     backends.push_back(std::move(shm));
-  else if (auto hier = makeHierarchicalBackend(transport, control, *flat, ranks, id, config))
+  else if (auto hier = makeHierarchicalBackend(transport, control, *flat, ranks, id, options))
     backends.push_back(std::move(hier));
   backends.push_back(std::move(flat));
   return backends;

@@ -2,7 +2,7 @@
 #pragma once
 
 #include "backends/backend.h"
-#include "core/config.h"
+#include "backends/options.h"
 
 #include <memory>
 #include <string>
@@ -13,10 +13,10 @@ namespace tutti {
 bool backendBuiltByName(const std::string& name);  // "mpi", "gloo", "nccl", "loopback"
 std::vector<std::string> builtBackends();
 
-// The CPU transport that `config` asks for (TUTTI_CPU_OPERATIONS), or, when it is empty,
+// The CPU transport that `options` asks for (TUTTI_CPU_OPERATIONS), or, when it is empty,
 // the one the launcher implies: mpi under mpirun, gloo under tuttirun --gloo, loopback for a
 // single process. Throws Error(kUnsupported) for a backend this build lacks.
-std::unique_ptr<Transport> makeTransport(const Config& config);
+std::unique_ptr<Transport> makeTransport(const BackendOptions& options);
 
 // The ordered data-plane backends for one group: the GPU backend first (when built and a
 // GPU is present), then shm (every member on this host) or hierarchical allreduce (hosts
@@ -24,7 +24,7 @@ std::unique_ptr<Transport> makeTransport(const Config& config);
 // first whose supports() accepts an op runs it.
 std::vector<std::unique_ptr<Backend>> makeBackends(Transport& transport, ControlPlane& control,
                                                    const std::vector<int>& ranks, int id,
-                                                   const Config& config);
+                                                   const BackendOptions& options);
 
 // Switches hierarchical allreduce on or off in a set's backends, from the next allreduce
 // on; TUTTI_HIERARCHICAL_ALLREDUCE gave the starting state. Returns false when the

@@ -3,8 +3,8 @@
 // the same buffers.
 #include "bench/workloads.h"
 
-#include "bench/data.h"
 #include "base/common.h"
+#include "bench/data.h"
 
 #include <algorithm>
 #include <cstring>

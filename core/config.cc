@@ -444,6 +444,28 @@ std::vector<std::string> settingsInForce(const Config& config) {
   return lines;
 }
 
+BackendOptions backendOptions(const Config& config) {
+  BackendOptions o;
+  o.rank = config.topology.rank;
+  o.size = config.topology.size;
+  o.local_rank = config.topology.local_rank;
+  o.launcher = config.topology.source;
+  o.cpu_operations = config.cpu_operations;
+  o.timeout_seconds = config.timeout_seconds;
+  o.start_timeout_seconds = config.start_timeout_seconds;
+  o.rendezvous_addr = config.rendezvous_addr;
+  o.rendezvous_port = config.rendezvous_port;
+  o.secret = config.secret;
+  o.gloo_iface = config.gloo_iface;
+  o.slurm = config.slurm;
+  o.elastic = config.elastic;
+  o.shm = config.shm;
+  o.shm_buffer_bytes = config.shm_buffer_bytes;
+  o.hierarchical_allreduce = config.hierarchical_allreduce;
+  o.hierarchical_allgather = config.hierarchical_allgather;
+  return o;
+}
+
 std::string configMarkdown() {
   std::ostringstream out;
   out << "| Variable | Type | Default | Range | Meaning |\n|---|---|---|---|---|\n";

@@ -2,6 +2,7 @@
 // help). docs/env_vars.md lists the same table; a test keeps the two in step.
 #pragma once
 
+#include "backends/options.h"
 #include "base/logging.h"
 
 #include <cstdint>
@@ -22,27 +23,7 @@ struct Topology {
   bool local_given = false, cross_given = false;
 };
 
-// An elastic job's worker (tuttirun --min-np/--max-np/--host-discovery-script; docs/elastic.md):
-// its rank and size are not in the environment but asked of the launcher's rendezvous server
-// at each init, for the newest generation (world) the launcher published.
-struct ElasticWorker {
-  std::string id;                // TUTTI_ELASTIC_WORKER; empty: not an elastic job
-  int64_t first_generation = 0;  // TUTTI_ELASTIC_GENERATION: the one it was started for
-  double timeout_seconds = 600;  // TUTTI_ELASTIC_TIMEOUT: longest wait for a new generation
-};
-
-// What Slurm gives every task of a job step started by srun (all empty/-1 otherwise). The gloo
-// transport finds rank 0's in-process rendezvous server from it; the MPI transport checks that
-// Open MPI has a PMI to reach.
-struct SlurmStep {
-  std::string job_id, step_id;  // SLURM_JOB_ID, SLURM_STEP_ID
-  std::string node_list;        // SLURM_STEP_NODELIST (hostlist syntax: "n[1-3,5]")
-  int node_id = -1;             // SLURM_NODEID: this task's node, an index into node_list
-  std::string node_name;        // SLURMD_NODENAME
-  bool pmi = false;             // PMIX_RANK or PMI_RANK/PMI_FD: srun --mpi=pmix (or pmi2)
-  std::string home;             // HOME: where ~/.tutti/secret is looked for
-};
-
+// ElasticWorker and SlurmStep: backends/options.h (the backends read them).
 struct Config {
   int64_t fusion_threshold = 128ll << 20;
   double cycle_time_ms = 1.0;
@@ -113,5 +94,9 @@ std::vector<std::string> settingsInForce(const Config& config);
 
 // The table rendered as a Markdown table (docs/env_vars.md embeds it).
 std::string configMarkdown();
+
+// What the backends read of `config` (backends/options.h): the one place it is made. Call it
+// after the topology is measured (the NCCL backend picks its device by local rank).
+BackendOptions backendOptions(const Config& config);
 
 }  // namespace tutti

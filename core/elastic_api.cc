@@ -26,8 +26,9 @@ Status hostsUpdated(bool* updated) {
     return Status(StatusCode::kInvalidArgument, "hostsUpdated: updated is null");
   *updated = false;
   try {
-    static const Config config = parseConfig();  // the launcher's settings do not change
-    *updated = elasticHostsUpdated(config);
+    // the launcher's settings do not change
+    static const BackendOptions options = backendOptions(parseConfig());
+    *updated = elasticHostsUpdated(options);
     return Status::OK();
   } catch (const Error& e) {
     return e.status();

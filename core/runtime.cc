@@ -12,7 +12,7 @@
 
 namespace tutti {
 
-Runtime::Runtime(Config config) : Runtime(config, makeTransport(config)) {}
+Runtime::Runtime(Config config) : Runtime(config, makeTransport(backendOptions(config))) {}
 
 Runtime::Runtime(Config config, std::unique_ptr<Transport> transport)
     : config_(std::move(config)),
@@ -97,7 +97,8 @@ std::shared_ptr<ProcessSet> Runtime::createSet(int id, std::vector<int> ranks) {
     if (id == 0)
       config_.topology = measureTopology(config_.topology, *set->control,
                                          deadlineAfter(config_.start_timeout_seconds));
-    set->backends = makeBackends(*transport_, *set->control, set->ranks, id, config_);
+    set->backends =
+        makeBackends(*transport_, *set->control, set->ranks, id, backendOptions(config_));
     logSetBackends(*set);
   }
   std::lock_guard<std::mutex> lock(sets_mu_);

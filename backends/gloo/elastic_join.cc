@@ -37,8 +37,8 @@ bool elasticJob() {
 
 int64_t elasticGeneration() { return g_joined.load(); }
 
-bool elasticHostsUpdated(const Config& config) {
-  if (config.elastic.id.empty())
+bool elasticHostsUpdated(const BackendOptions& options) {
+  if (options.elastic.id.empty())
     throwError(StatusCode::kUnsupported,
                "hosts_updated: not an elastic job (start it with tuttirun --min-np/--max-np "
                "or --host-discovery-script; docs/elastic.md)");
@@ -48,8 +48,8 @@ bool elasticHostsUpdated(const Config& config) {
   std::lock_guard<std::mutex> lock(mu);
   if (!client)
     client = std::make_unique<detail::RendezvousClient>(
-        config.rendezvous_addr, config.rendezvous_port, detail::decodeHexSecret(config.secret),
-        config.start_timeout_seconds, -1);
+        options.rendezvous_addr, options.rendezvous_port, detail::decodeHexSecret(options.secret),
+        options.start_timeout_seconds, -1);
   return published(*client) - 1 > g_joined.load();
 }
 

@@ -3,7 +3,7 @@
 #pragma once
 
 #include "backends/gloo/rendezvous_client.h"
-#include "core/config.h"
+#include "backends/options.h"
 
 #include <cstdint>
 #include <string>

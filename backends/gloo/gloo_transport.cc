@@ -88,10 +88,10 @@ void ignoreSigpipe() {
 
 class GlooTransport : public Transport {
  public:
-  explicit GlooTransport(const Config& config)
-      : config_(config),
-        rank_(config.topology.rank),
-        size_(config.topology.size),
+  explicit GlooTransport(const BackendOptions& options)
+      : options_(options),
+        rank_(options.rank),
+        size_(options.size),
         generation_(transports_made++),
         tag_("t" + std::to_string(generation_)) {
     ignoreSigpipe();
@@ -99,10 +99,10 @@ class GlooTransport : public Transport {
       throwError(StatusCode::kInvalidArgument, "gloo: rank " + std::to_string(rank_) +
                                                    " outside a world of " +
                                                    std::to_string(size_));
-    std::string host = config.rendezvous_addr;
-    int port = config.rendezvous_port;
-    if (config.topology.source == "Slurm") {
-      auto slurm = detail::connectSlurmRendezvous(config, generation_);
+    std::string host = options.rendezvous_addr;
+    int port = options.rendezvous_port;
+    if (options.launcher == "Slurm") {
+      auto slurm = detail::connectSlurmRendezvous(options, generation_);
       server_ = std::move(slurm.server);
       store_ = std::move(slurm.client);
       host = slurm.host;
@@ -113,18 +113,18 @@ class GlooTransport : public Transport {
                    "TUTTI_CPU_OPERATIONS=gloo needs TUTTI_RENDEZVOUS_ADDR and "
                    "TUTTI_RENDEZVOUS_PORT (start the job with tuttirun, or with srun)");
       store_ = std::make_unique<detail::RendezvousClient>(
-          host, port, detail::decodeHexSecret(config.secret), config.start_timeout_seconds,
+          host, port, detail::decodeHexSecret(options.secret), options.start_timeout_seconds,
           rank_);
-      if (!config.elastic.id.empty()) {
-        const auto seat = detail::joinElasticGeneration(*store_, config.elastic);
+      if (!options.elastic.id.empty()) {
+        const auto seat = detail::joinElasticGeneration(*store_, options.elastic);
         rank_ = seat.rank;
         size_ = seat.size;
         tag_ = "e" + std::to_string(seat.generation);
       }
     }
     gloo::transport::tcp::attr attr;
-    if (!config.gloo_iface.empty()) {
-      attr.iface = config.gloo_iface;
+    if (!options.gloo_iface.empty()) {
+      attr.iface = options.gloo_iface;
     } else {
       attr.hostname = localAddressToward(host, port);
     }
@@ -168,7 +168,7 @@ class GlooTransport : public Transport {
                                std::to_string(id) + "/" + plane + "/" + std::to_string(epoch);
     auto context = std::make_shared<gloo::rendezvous::Context>(group_rank, group_size);
     const auto timeout = std::chrono::milliseconds(
-        static_cast<int64_t>(std::max(0.001, config_.start_timeout_seconds) * 1000.0));
+        static_cast<int64_t>(std::max(0.001, options_.start_timeout_seconds) * 1000.0));
     context->setTimeout(timeout);
     const std::string what = "gloo: world rank " + std::to_string(rank_) +
                              " connecting the " + plane + " plane of process set " +
@@ -183,7 +183,7 @@ class GlooTransport : public Transport {
       const bool timed_out = std::strstr(e.what(), "imed out") != nullptr;
       throwError(timed_out ? StatusCode::kTimeout : StatusCode::kBackend,
                  what + (timed_out ? " timed out after " : " failed within ") +
-                     secondsText(config_.start_timeout_seconds) +
+                     secondsText(options_.start_timeout_seconds) +
                      " s (TUTTI_START_TIMEOUT_SECONDS): " + e.what());
     } catch (const std::exception& e) {
       throwError(StatusCode::kBackend, what + " failed: " + e.what());
@@ -191,7 +191,7 @@ class GlooTransport : public Transport {
     return std::make_unique<detail::GlooGroup>(std::move(context), ranks, id, plane, poison_);
   }
 
-  const Config config_;
+  const BackendOptions options_;
   int rank_, size_;         // an elastic worker's from its seat (set once, in the constructor)
   const int generation_;    // transports this process made before this one
   std::string tag_;         // of its keys: "t<generation_>" or "e<elastic generation>"
@@ -205,8 +205,8 @@ class GlooTransport : public Transport {
 
 }  // namespace
 
-std::unique_ptr<Transport> makeGlooTransport(const Config& config) {
-  return std::make_unique<GlooTransport>(config);
+std::unique_ptr<Transport> makeGlooTransport(const BackendOptions& options) {
+  return std::make_unique<GlooTransport>(options);
 }
 
 }  // namespace tutti

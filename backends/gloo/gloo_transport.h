@@ -3,12 +3,12 @@
 #pragma once
 
 #include "backends/backend.h"
-#include "core/config.h"
+#include "backends/options.h"
 
 #include <memory>
 
 namespace tutti {
 
-std::unique_ptr<Transport> makeGlooTransport(const Config& config);
+std::unique_ptr<Transport> makeGlooTransport(const BackendOptions& options);
 
 }  // namespace tutti

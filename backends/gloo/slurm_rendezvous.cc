@@ -120,13 +120,13 @@ int slurmRendezvousPort(const std::string& job_id, const std::string& step_id) {
   return static_cast<int>(20000 + job * 16 + step);
 }
 
-std::string slurmSecret(const Config& config) {
+std::string slurmSecret(const BackendOptions& options) {
   std::string secret;
   std::string from = "TUTTI_SECRET";
-  if (!config.secret.empty()) {
-    secret = decodeHexSecret(config.secret);
-  } else if (!config.slurm.home.empty()) {
-    from = config.slurm.home + "/.tutti/secret";
+  if (!options.secret.empty()) {
+    secret = decodeHexSecret(options.secret);
+  } else if (!options.slurm.home.empty()) {
+    from = options.slurm.home + "/.tutti/secret";
     secret = readSecretFile(from);
   }
   if (secret.empty())
@@ -145,43 +145,43 @@ std::string slurmSecret(const Config& config) {
   return secret;
 }
 
-SlurmRendezvous connectSlurmRendezvous(const Config& config, int generation) {
-  const SlurmStep& step = config.slurm;
-  const int rank = config.topology.rank;
+SlurmRendezvous connectSlurmRendezvous(const BackendOptions& options, int generation) {
+  const SlurmStep& step = options.slurm;
+  const int rank = options.rank;
   const auto deadline = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(
-                                           config.start_timeout_seconds * 1000.0));
+                                           options.start_timeout_seconds * 1000.0));
   SlurmRendezvous r;
   std::string where;
-  if (!config.rendezvous_addr.empty()) {
-    r.host = config.rendezvous_addr;
+  if (!options.rendezvous_addr.empty()) {
+    r.host = options.rendezvous_addr;
     where = "TUTTI_RENDEZVOUS_ADDR";
   } else {
     const auto nodes = expandHostlist(step.node_list, "SLURM_STEP_NODELIST");
     r.host = nodes.front();
     where = "the first node of SLURM_STEP_NODELIST '" + step.node_list + "'";
   }
-  r.port = config.rendezvous_port > 0 ? config.rendezvous_port
-                                      : slurmRendezvousPort(step.job_id, step.step_id);
-  where += config.rendezvous_port > 0 ? ", port from TUTTI_RENDEZVOUS_PORT"
-                                      : ", port from SLURM_JOB_ID " + step.job_id +
-                                            " and SLURM_STEP_ID " + step.step_id;
-  const std::string secret = slurmSecret(config);
+  r.port = options.rendezvous_port > 0 ? options.rendezvous_port
+                                       : slurmRendezvousPort(step.job_id, step.step_id);
+  where += options.rendezvous_port > 0 ? ", port from TUTTI_RENDEZVOUS_PORT"
+                                       : ", port from SLURM_JOB_ID " + step.job_id +
+                                             " and SLURM_STEP_ID " + step.step_id;
+  const std::string secret = slurmSecret(options);
   const std::string key = "tutti/slurm/t" + std::to_string(generation);
   const std::string identity = step.job_id + "." + step.step_id;
   const std::string me = "gloo under srun: rank " + std::to_string(rank);
   if (rank == 0) {
-    if (config.rendezvous_addr.empty() && step.node_id > 0)
+    if (options.rendezvous_addr.empty() && step.node_id > 0)
       throwError(StatusCode::kInvalidArgument,
                  me + " runs on node " + step.node_name + " (SLURM_NODEID " +
                      std::to_string(step.node_id) + "), but the other ranks look for its "
                      "rendezvous server on " + r.host + ", " + where +
                      ". Use srun's block or cyclic distribution, or set "
                      "TUTTI_RENDEZVOUS_ADDR to task 0's host");
-    RendezvousServerOptions options;
-    options.port = r.port;
-    options.message_seconds = std::max(1.0, config.start_timeout_seconds);
+    RendezvousServerOptions server_options;
+    server_options.port = r.port;
+    server_options.message_seconds = std::max(1.0, options.start_timeout_seconds);
     try {
-      r.server = std::make_unique<RendezvousServer>(secret, options);
+      r.server = std::make_unique<RendezvousServer>(secret, server_options);
     } catch (const Error& e) {
       throwError(e.code(), me + ": " + e.what() + " (" + where +
                                "; another program on this node may hold the port: set "
@@ -225,7 +225,7 @@ SlurmRendezvous connectSlurmRendezvous(const Config& config, int generation) {
   throwError(StatusCode::kTimeout,
              me + " could not reach rank 0's rendezvous server at " + r.host + ":" +
                  std::to_string(r.port) + " (" + where + ") within " +
-                 secondsText(config.start_timeout_seconds) +
+                 secondsText(options.start_timeout_seconds) +
                  " s (TUTTI_START_TIMEOUT_SECONDS). Did task 0 fail first (see its error), or does "
                  "it run without gloo (TUTTI_CPU_OPERATIONS=gloo must be set for every task)? "
                  "Last error: " + last);

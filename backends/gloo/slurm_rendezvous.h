@@ -14,7 +14,7 @@
 
 #include "backends/gloo/rendezvous_client.h"
 #include "backends/gloo/rendezvous_server.h"
-#include "core/config.h"
+#include "backends/options.h"
 
 #include <memory>
 #include <string>
@@ -35,7 +35,7 @@ std::vector<std::string> expandHostlist(const std::string& list, const std::stri
 int slurmRendezvousPort(const std::string& job_id, const std::string& step_id);
 
 // The raw secret (see above), or Error(kInvalidArgument) saying how to make one.
-std::string slurmSecret(const Config& config);
+std::string slurmSecret(const BackendOptions& options);
 
 struct SlurmRendezvous {
   std::unique_ptr<RendezvousServer> server;  // rank 0 only; outlives `client`
@@ -47,7 +47,7 @@ struct SlurmRendezvous {
 // Starts the server on rank 0 and connects this rank's client, verified against the step's
 // identity, within TUTTI_START_TIMEOUT_SECONDS. `generation` numbers this process's gloo
 // transports (the same on every rank).
-SlurmRendezvous connectSlurmRendezvous(const Config& config, int generation);
+SlurmRendezvous connectSlurmRendezvous(const BackendOptions& options, int generation);
 
 }  // namespace detail
 }  // namespace tutti

@@ -238,16 +238,16 @@ std::unique_ptr<Backend> makeHierarchicalBackend(Transport& transport, ControlPl
 
 std::unique_ptr<Backend> makeHierarchicalBackend(Transport& transport, ControlPlane& control,
                                                  Backend& flat, const std::vector<int>& ranks,
-                                                 int id, const Config& config) {
+                                                 int id, const BackendOptions& options) {
   const detail::HostLayout layout =
-      detail::exchangeLayout(control, id, config.topology.size, ranks, config.shm,
-                             config.hierarchical_allreduce,
-                             deadlineAfter(config.start_timeout_seconds),
-                             config.hierarchical_allgather);
+      detail::exchangeLayout(control, id, options.size, ranks, options.shm,
+                             options.hierarchical_allreduce,
+                             deadlineAfter(options.start_timeout_seconds),
+                             options.hierarchical_allgather);
   detail::ShmOptions shm;
-  shm.enabled = config.shm;
-  shm.buffer_bytes = config.shm_buffer_bytes;
-  shm.setup_seconds = config.start_timeout_seconds;
+  shm.enabled = options.shm;
+  shm.buffer_bytes = options.shm_buffer_bytes;
+  shm.setup_seconds = options.start_timeout_seconds;
   return makeHierarchicalBackend(transport, control, flat, layout, layout.hierarchical, shm);
 }
 

@@ -7,8 +7,8 @@
 
 #include "backends/backend.h"
 #include "backends/hierarchical/host_layout.h"
+#include "backends/options.h"
 #include "backends/shm/shm_segment.h"
-#include "core/config.h"
 
 #include <memory>
 #include <string>
@@ -25,7 +25,7 @@ namespace tutti {
 // result.
 std::unique_ptr<Backend> makeHierarchicalBackend(Transport& transport, ControlPlane& control,
                                                  Backend& flat, const std::vector<int>& ranks,
-                                                 int id, const Config& config);
+                                                 int id, const BackendOptions& options);
 
 // The same with an explicit layout and shm options (tests: threads as ranks with made-up
 // hosts), allreduce starting on or off, allgather as layout.hierarchical_allgather says.

@@ -4,7 +4,7 @@
 
 #include "backends/backend.h"
 #include "backends/mpi/mpi_common.h"
-#include "core/config.h"
+#include "backends/options.h"
 
 #include <memory>
 #include <vector>
@@ -29,6 +29,7 @@ std::unique_ptr<Backend> makeMpiBackend(MpiGroupInfo info);
 
 // makeMpiTransport with a lower cap on the elements one MPI call carries, so that tests can
 // exercise chunking and the overflow checks without multi-GiB buffers.
-std::unique_ptr<Transport> makeMpiTransport(const Config& config, int64_t max_message_elements);
+std::unique_ptr<Transport> makeMpiTransport(const BackendOptions& options,
+                                            int64_t max_message_elements);
 
 }  // namespace tutti

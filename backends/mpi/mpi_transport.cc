@@ -31,12 +31,12 @@ const char* threadLevelName(int level) {
 
 // Open MPI started by srun learns its peers only through the PMIx (or PMI-2) server of
 // Slurm's MPI plugin; with none it cannot wire up, so say what to do before MPI_Init.
-void checkSlurmPmi(const Config& config) {
-  if (config.topology.source != "Slurm" || config.slurm.pmi) return;
+void checkSlurmPmi(const BackendOptions& options) {
+  if (options.launcher != "Slurm" || options.slurm.pmi) return;
   throwError(StatusCode::kInvalidArgument,
-             "mpi transport: rank " + std::to_string(config.topology.rank) + " of " +
-                 std::to_string(config.topology.size) + " was started by srun (Slurm step " +
-                 config.slurm.job_id + "." + config.slurm.step_id +
+             "mpi transport: rank " + std::to_string(options.rank) + " of " +
+                 std::to_string(options.size) + " was started by srun (Slurm step " +
+                 options.slurm.job_id + "." + options.slurm.step_id +
                  ") without a PMI that Open MPI can use (no PMIX_RANK, PMI_RANK or PMI_FD), "
                  "so MPI_Init could not reach the other tasks. Run srun --mpi=pmix (`srun "
                  "--mpi=list` shows the plugins this Slurm has; MpiDefault=pmix in slurm.conf "
@@ -44,7 +44,7 @@ void checkSlurmPmi(const Config& config) {
 }
 
 // Initializes MPI unless the program did; Tutti's MPI is finalized at exit.
-void initializeMpi(const Config& config) {
+void initializeMpi(const BackendOptions& options) {
   int initialized = 0, finalized = 0;
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
@@ -63,7 +63,7 @@ void initializeMpi(const Config& config) {
                      "MPI_Init_thread(..., MPI_THREAD_MULTIPLE, ...) or let Tutti initialize MPI");
     return;
   }
-  checkSlurmPmi(config);
+  checkSlurmPmi(options);
   detail::checkMpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided),
                    "MPI_Init_thread", "mpi transport");
   detail::rememberMpiProcess();
@@ -79,13 +79,13 @@ void initializeMpi(const Config& config) {
 
 class MpiTransport : public Transport {
  public:
-  MpiTransport(const Config& config, int64_t max_message_elements)
-      : start_timeout_seconds_(config.start_timeout_seconds) {
+  MpiTransport(const BackendOptions& options, int64_t max_message_elements)
+      : start_timeout_seconds_(options.start_timeout_seconds) {
     if (max_message_elements < 1 || max_message_elements > INT_MAX)
       throwError(StatusCode::kInvalidArgument,
                  "mpi transport: max message elements must be in [1, INT_MAX], got " +
                      std::to_string(max_message_elements));
-    initializeMpi(config);  // MPI stays up until exit, also when this constructor throws
+    initializeMpi(options);  // MPI stays up until exit, also when this constructor throws
     detail::checkMpi(MPI_Comm_rank(MPI_COMM_WORLD, &rank_), "MPI_Comm_rank", "mpi transport");
     detail::checkMpi(MPI_Comm_size(MPI_COMM_WORLD, &size_), "MPI_Comm_size", "mpi transport");
     shared_ = std::make_shared<MpiShared>(max_message_elements);
@@ -140,12 +140,13 @@ class MpiTransport : public Transport {
 
 }  // namespace
 
-std::unique_ptr<Transport> makeMpiTransport(const Config& config, int64_t max_message_elements) {
-  return std::make_unique<MpiTransport>(config, max_message_elements);
+std::unique_ptr<Transport> makeMpiTransport(const BackendOptions& options,
+                                            int64_t max_message_elements) {
+  return std::make_unique<MpiTransport>(options, max_message_elements);
 }
 
-std::unique_ptr<Transport> makeMpiTransport(const Config& config) {
-  return makeMpiTransport(config, INT_MAX);
+std::unique_ptr<Transport> makeMpiTransport(const BackendOptions& options) {
+  return makeMpiTransport(options, INT_MAX);
 }
 
 }  // namespace tutti

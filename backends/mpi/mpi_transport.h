@@ -6,12 +6,12 @@
 #pragma once
 
 #include "backends/backend.h"
-#include "core/config.h"
+#include "backends/options.h"
 
 #include <memory>
 
 namespace tutti {
 
-std::unique_ptr<Transport> makeMpiTransport(const Config& config);
+std::unique_ptr<Transport> makeMpiTransport(const BackendOptions& options);
 
 }  // namespace tutti

@@ -281,20 +281,20 @@ class NcclBackend final : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> makeNcclBackend(ControlPlane& control, const Config& config) {
+std::unique_ptr<Backend> makeNcclBackend(ControlPlane& control, const BackendOptions& options) {
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess) {
     cudaGetLastError();  // no driver or no device: clear the error, use no GPU
     devices = 0;
   }
-  Deadline deadline = deadlineAfter(config.timeout_seconds);
+  Deadline deadline = deadlineAfter(options.timeout_seconds);
   // NCCL only if every member of the group has a GPU; otherwise nobody builds it, so the
   // registry gives the whole group the same backend list.
   std::vector<uint64_t> all_have_gpu{devices > 0 ? 1u : 0u};
   control.allreduceAnd(all_have_gpu, deadline);
   if (!all_have_gpu[0]) return nullptr;
 
-  int device = config.topology.local_rank % devices;
+  int device = options.local_rank % devices;
   auto comm = std::make_unique<NcclComm>(control, device, deadline);
   void* scratch = nullptr;
   cudaError_t result = cudaMalloc(&scratch, sizeof(int));

@@ -302,22 +302,22 @@ std::unique_ptr<Backend> makeShmBackend(ControlPlane& control, const std::vector
 }
 
 std::unique_ptr<Backend> makeShmBackend(ControlPlane& control, const std::vector<int>& ranks,
-                                        int id, const Config& config,
+                                        int id, const BackendOptions& options,
                                         const std::string& transport, Backend& next) {
-  detail::ShmOptions options;
+  detail::ShmOptions shm;
   // Measured (docs/PERFORMANCE.md, "Ops other than allreduce"): Open MPI's alltoall, which
   // copies once between the processes, beats shm's chunked one from 1 MiB, and its
   // broadcast beats shm's from 256 KiB to 4 MiB; everything else is faster on shm.
-  options.alltoall = transport != "mpi";
+  shm.alltoall = transport != "mpi";
   if (transport == "mpi") {
-    options.next = &next;
-    options.next_broadcast_from = 256 << 10;
-    options.next_broadcast_below = 8 << 20;
+    shm.next = &next;
+    shm.next_broadcast_from = 256 << 10;
+    shm.next_broadcast_below = 8 << 20;
   }
-  options.enabled = config.shm;
-  options.buffer_bytes = config.shm_buffer_bytes;
-  options.setup_seconds = config.start_timeout_seconds;
-  return makeShmBackend(control, ranks, id, options);
+  shm.enabled = options.shm;
+  shm.buffer_bytes = options.shm_buffer_bytes;
+  shm.setup_seconds = options.start_timeout_seconds;
+  return makeShmBackend(control, ranks, id, shm);
 }
 
 }  // namespace tutti

@@ -4,8 +4,8 @@
 #pragma once
 
 #include "backends/backend.h"
+#include "backends/options.h"
 #include "backends/shm/shm_segment.h"
-#include "core/config.h"
 
 #include <memory>
 #include <string>
@@ -20,7 +20,7 @@ namespace tutti {
 // `next`, the transport's backend of the same set (measured faster there); `next` must
 // outlive the result.
 std::unique_ptr<Backend> makeShmBackend(ControlPlane& control, const std::vector<int>& ranks,
-                                        int id, const Config& config,
+                                        int id, const BackendOptions& options,
                                         const std::string& transport, Backend& next);
 // The same with explicit options (tests: small buffers force many chunks).
 std::unique_ptr<Backend> makeShmBackend(ControlPlane& control, const std::vector<int>& ranks,

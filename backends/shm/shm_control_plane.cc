@@ -113,11 +113,11 @@ class ShmControlPlane : public ControlPlane {
 
 class ShmTransport : public Transport {
  public:
-  ShmTransport(std::unique_ptr<Transport> inner, const Config& config)
+  ShmTransport(std::unique_ptr<Transport> inner, const BackendOptions& options)
       : inner_(std::move(inner)) {
-    options_.enabled = config.shm;
+    options_.enabled = options.shm;
     options_.buffer_bytes = 64 << 10;  // negotiation messages are small; larger ones chunk
-    options_.setup_seconds = config.start_timeout_seconds;
+    options_.setup_seconds = options.start_timeout_seconds;
   }
   const char* name() const override { return inner_->name(); }
   int rank() const override { return inner_->rank(); }
@@ -147,10 +147,10 @@ class ShmTransport : public Transport {
 }  // namespace
 
 std::unique_ptr<Transport> withShmControlPlanes(std::unique_ptr<Transport> inner,
-                                                const Config& config) {
+                                                const BackendOptions& options) {
   // Wrapped even with TUTTI_SHM=0: the setup is collective, so that rank takes part and
   // says no (making every member of its sets decline).
-  return std::make_unique<ShmTransport>(std::move(inner), config);
+  return std::make_unique<ShmTransport>(std::move(inner), options);
 }
 
 }  // namespace tutti

@@ -5,7 +5,7 @@
 #pragma once
 
 #include "backends/backend.h"
-#include "core/config.h"
+#include "backends/options.h"
 
 #include <memory>
 
@@ -17,6 +17,6 @@ namespace tutti {
 // everything else, the data-plane backends included, is inner's. Every rank must wrap its
 // transport (TUTTI_SHM=0 too: its set creations then decline for every member).
 std::unique_ptr<Transport> withShmControlPlanes(std::unique_ptr<Transport> inner,
-                                                const Config& config);
+                                                const BackendOptions& options);
 
 }  // namespace tutti

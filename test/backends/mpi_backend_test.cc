@@ -20,15 +20,15 @@ namespace {
 
 constexpr double kDeadline = 60.0;
 
-Config testConfig() {
-  Config config;
-  config.timeout_seconds = kDeadline;
-  return config;
+BackendOptions testOptions() {
+  BackendOptions options;
+  options.timeout_seconds = kDeadline;
+  return options;
 }
 
 // Made on first use, in the same order on every rank; destroyed (MPI_Finalize) at exit.
 Transport& transport() {
-  static std::unique_ptr<Transport> t = makeMpiTransport(testConfig());
+  static std::unique_ptr<Transport> t = makeMpiTransport(testOptions());
   return *t;
 }
 std::vector<int> worldRanks() {
@@ -213,7 +213,7 @@ TEST_CASE("mpi process sets: even and odd ranks, concurrent with world negotiati
 TEST_CASE("mpi ops larger than one MPI call are split into chunks") {
   // A second transport finds MPI initialized (MPI_THREAD_MULTIPLE) and caps calls at 1000
   // elements, so every path for counts above INT_MAX runs here with small buffers.
-  auto small = makeMpiTransport(testConfig(), 1000);
+  auto small = makeMpiTransport(testOptions(), 1000);
   auto backend = small->makeBackend(worldRanks(), 10);
   const int n = backend->size();
   Failures failures;

@@ -49,24 +49,24 @@ bool mpiFinalized() {
 
 int main(int argc, char** argv) {
   std::string mode = argc > 1 ? argv[1] : "";
-  tutti::Config config;
-  config.timeout_seconds = 60;
+  tutti::BackendOptions options;
+  options.timeout_seconds = 60;
   try {
     if (mode == "own") {
-      auto transport = tutti::makeMpiTransport(config);
+      auto transport = tutti::makeMpiTransport(options);
       int initialized = 0;
       MPI_Initialized(&initialized);
       expect(initialized != 0, "transport did not initialize MPI");
       useTransport(*transport);
       transport.reset();
       expect(!mpiFinalized(), "MPI was finalized before exit");
-      transport = tutti::makeMpiTransport(config);  // init after shutdown
+      transport = tutti::makeMpiTransport(options);  // init after shutdown
       useTransport(*transport);
       transport.reset();
     } else if (mode == "multiple") {
       int provided = 0;
       MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
-      auto transport = tutti::makeMpiTransport(config);
+      auto transport = tutti::makeMpiTransport(options);
       useTransport(*transport);
       transport.reset();
       expect(!mpiFinalized(), "transport finalized MPI that the program initialized");
@@ -75,7 +75,7 @@ int main(int argc, char** argv) {
       int provided = 0;
       MPI_Init_thread(&argc, &argv, MPI_THREAD_SINGLE, &provided);
       try {
-        auto transport = tutti::makeMpiTransport(config);
+        auto transport = tutti::makeMpiTransport(options);
         expect(false, "transport accepted MPI_THREAD_SINGLE");
       } catch (const tutti::Error& e) {
         std::string message = e.what();

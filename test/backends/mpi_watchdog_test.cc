@@ -13,9 +13,9 @@
 #include <vector>
 
 int main() {
-  tutti::Config config;
-  config.timeout_seconds = 60;
-  auto transport = tutti::makeMpiTransport(config);
+  tutti::BackendOptions options;
+  options.timeout_seconds = 60;
+  auto transport = tutti::makeMpiTransport(options);
   std::vector<int> all(static_cast<size_t>(transport->size()));
   std::iota(all.begin(), all.end(), 0);
   auto backend = transport->makeBackend(all, 0);

@@ -2,9 +2,9 @@
 // references, without Tutti: if either were wrong, --baseline rows and -c 1 would lie.
 // Run under mpirun at 1..4 ranks (the gloo one exchanges its addresses over MPI).
 // Exit 0 only when every collective, dtype, op and count matched on every rank.
+#include "base/common.h"
 #include "bench/data.h"
 #include "bench/mpi_baseline.h"
-#include "base/common.h"
 #if TUTTI_BENCH_TEST_GLOO
 #include "bench/gloo_baseline.h"
 #endif

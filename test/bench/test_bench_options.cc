@@ -1,9 +1,9 @@
 // tutti-bench's pure parts: flags and size suffixes, the sweep, the table's arithmetic, the
 // reference data and the JSON document. No processes, no runtime.
+#include "base/common.h"
 #include "bench/data.h"
 #include "bench/options.h"
 #include "bench/report.h"
-#include "base/common.h"
 
 #include "test/catch.h"
 

@@ -203,18 +203,18 @@ void testControlPlane(ControlPlane& cp, Checker& c, Deadline deadline) {
 }  // namespace
 
 int main() {
-  Config config = configFromEnv();
-  const int rank = config.topology.rank, size = config.topology.size;
+  BackendOptions options = optionsFromEnv();
+  const int rank = options.rank, size = options.size;
   Checker c(rank);
   try {
-    auto transport = makeGlooTransport(config);
+    auto transport = makeGlooTransport(options);
     std::vector<int> world(size);
     std::iota(world.begin(), world.end(), 0);
     auto cp = transport->makeControlPlane(world, 0);
     auto be = transport->makeBackend(world, 0);
     c.check(be->rank() == rank && be->size() == size && cp->rank() == rank,
             "world group ranks");
-    const Deadline deadline = deadlineAfter(config.timeout_seconds);
+    const Deadline deadline = deadlineAfter(options.timeout_seconds);
     testControlPlane(*cp, c, deadline);
     testAllreduce(*be, c, deadline);
     testAllgatherv(*be, c, deadline);
@@ -245,7 +245,7 @@ int main() {
     transport.reset();
 
     // A second transport in the same process (init after shutdown) connects afresh.
-    auto again = makeGlooTransport(config);
+    auto again = makeGlooTransport(options);
     auto be2 = again->makeBackend(world, 0);
     std::vector<int64_t> v(5, rank + 1);
     be2->allreduce(v.data(), v.data(), 5, DataType::kInt64, ReduceOp::kSum, deadline);

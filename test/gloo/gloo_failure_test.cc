@@ -54,8 +54,8 @@ bool contains(const std::string& text, const std::string& part) {
 
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
-  Config config = configFromEnv();
-  const int rank = config.topology.rank, size = config.topology.size;
+  BackendOptions options = optionsFromEnv();
+  const int rank = options.rank, size = options.size;
   Checker c(rank);
   std::vector<float> data(1001, 1.0f);
   StatusCode code = StatusCode::kOk;
@@ -63,17 +63,17 @@ int main(int argc, char** argv) {
   double seconds = 0;
   try {
     if (mode == "auth") {
-      const std::string secret = detail::decodeHexSecret(config.secret);
+      const std::string secret = detail::decodeHexSecret(options.secret);
       std::string wrong = secret;
       wrong[0] = static_cast<char>(wrong[0] ^ 1);
-      detail::RendezvousClient bad(config.rendezvous_addr, config.rendezvous_port, wrong, 5.0,
+      detail::RendezvousClient bad(options.rendezvous_addr, options.rendezvous_port, wrong, 5.0,
                                    rank);
       if (expectError(c, "wrong secret SET", [&] { bad.set("auth/evil", {'x'}); }, &code,
                       &message, &seconds))
         c.check(code == StatusCode::kBackend && contains(message, "HMAC"),
                 "wrong secret is refused as unauthenticated");
-      detail::RendezvousClient good(config.rendezvous_addr, config.rendezvous_port, secret,
-                                    config.timeout_seconds, rank);
+      detail::RendezvousClient good(options.rendezvous_addr, options.rendezvous_port, secret,
+                                    options.timeout_seconds, rank);
       good.set("auth/" + std::to_string(rank), {static_cast<char>('A' + rank)});
       good.add("auth/counter", rank + 1);
       for (int r = 0; r < size; ++r) {
@@ -87,7 +87,7 @@ int main(int argc, char** argv) {
         if (sum != expect) std::this_thread::sleep_for(std::chrono::milliseconds(20));
       }
       c.check(sum == expect, "ADD counter sums every rank's delta");
-      detail::RendezvousClient quick(config.rendezvous_addr, config.rendezvous_port, secret,
+      detail::RendezvousClient quick(options.rendezvous_addr, options.rendezvous_port, secret,
                                      1.0, rank);
       if (expectError(c, "GET of a missing key", [&] { quick.get("auth/never"); }, &code,
                       &message, &seconds))
@@ -96,7 +96,7 @@ int main(int argc, char** argv) {
       return c.finish("gloo rendezvous auth");
     }
 
-    auto transport = makeGlooTransport(config);
+    auto transport = makeGlooTransport(options);
     std::vector<int> world(size);
     std::iota(world.begin(), world.end(), 0);
     auto cp = transport->makeControlPlane(world, 0);

@@ -1,10 +1,10 @@
-// Helpers of the gloo process tests: a Config from tuttirun's environment (until the core's
-// parseConfig lands they must not depend on it), value generators with exactly representable
-// results, and a failure counter that makes the process exit non-zero.
+// Helpers of the gloo process tests: the BackendOptions of tuttirun's environment (read here:
+// backend tests do not depend on the core's parseConfig), value generators with exactly
+// representable results, and a failure counter that makes the process exit non-zero.
 #pragma once
 
+#include "backends/options.h"
 #include "base/common.h"
-#include "core/config.h"
 #include "base/reduce.h"
 
 #include <algorithm>
@@ -24,11 +24,11 @@ inline std::string envOr(const char* name, const std::string& fallback) {
   return value ? value : fallback;
 }
 
-inline Config configFromEnv() {
-  Config c;
-  c.topology.rank = std::stoi(envOr("TUTTI_RANK", "0"));
-  c.topology.size = std::stoi(envOr("TUTTI_SIZE", "1"));
-  c.topology.source = "tuttirun";
+inline BackendOptions optionsFromEnv() {
+  BackendOptions c;
+  c.rank = std::stoi(envOr("TUTTI_RANK", "0"));
+  c.size = std::stoi(envOr("TUTTI_SIZE", "1"));
+  c.launcher = "tuttirun";
   c.rendezvous_addr = envOr("TUTTI_RENDEZVOUS_ADDR", "");
   c.rendezvous_port = std::stoi(envOr("TUTTI_RENDEZVOUS_PORT", "0"));
   c.secret = envOr("TUTTI_SECRET", "");

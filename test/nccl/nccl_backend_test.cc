@@ -114,11 +114,11 @@ TEST_CASE("without a CUDA device the factory declines on every rank together", "
       threads.emplace_back([&, rank] {
         try {
           LoopbackGroup group(hub, rank, size);
-          Config config;
-          config.timeout_seconds = kTimeoutSeconds;
-          config.topology.rank = config.topology.local_rank = rank;
-          config.topology.size = config.topology.local_size = size;
-          declined[rank] = makeNcclBackend(*group.control, config) == nullptr;
+          BackendOptions options;
+          options.timeout_seconds = kTimeoutSeconds;
+          options.rank = options.local_rank = rank;
+          options.size = size;
+          declined[rank] = makeNcclBackend(*group.control, options) == nullptr;
         } catch (const std::exception& error) {
           errors[rank] = error.what();
         }
@@ -135,9 +135,9 @@ TEST_CASE("without a CUDA device the factory declines on every rank together", "
 // A backend for a world of one (local rank 0, so CUDA device 0).
 struct SoloBackend {
   SoloBackend() : group(makeLoopbackHub(1), 0, 1) {
-    Config config;
-    config.timeout_seconds = kTimeoutSeconds;
-    backend = makeNcclBackend(*group.control, config);
+    BackendOptions options;
+    options.timeout_seconds = kTimeoutSeconds;
+    backend = makeNcclBackend(*group.control, options);
     REQUIRE(backend != nullptr);
     REQUIRE(backend->rank() == 0);
     REQUIRE(backend->size() == 1);
@@ -178,11 +178,11 @@ std::vector<test::Failures> onThreadRanks(int size, Body body) {
     threads.emplace_back([&, rank] {
       failures[rank] = test::runCheck([&] {
         LoopbackGroup group(hub, rank, size);
-        Config config;
-        config.timeout_seconds = kTimeoutSeconds;
-        config.topology.rank = config.topology.local_rank = rank;
-        config.topology.size = config.topology.local_size = size;
-        auto backend = makeNcclBackend(*group.control, config);
+        BackendOptions options;
+        options.timeout_seconds = kTimeoutSeconds;
+        options.rank = options.local_rank = rank;
+        options.size = size;
+        auto backend = makeNcclBackend(*group.control, options);
         if (!backend) return test::Failures{"rank " + std::to_string(rank) + ": no backend"};
         if (cudaSetDevice(rank) != cudaSuccess)
           return test::Failures{"rank " + std::to_string(rank) + ": cudaSetDevice failed"};

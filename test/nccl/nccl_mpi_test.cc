@@ -93,7 +93,7 @@ class MpiControlPlane : public ControlPlane {
 };
 
 MpiControlPlane* g_control = nullptr;
-Config g_config;
+BackendOptions g_options;
 
 int envInt(const char* name, int fallback) {
   const char* value = std::getenv(name);
@@ -101,12 +101,12 @@ int envInt(const char* name, int fallback) {
 }
 
 std::unique_ptr<Backend> makeBackend() {
-  auto backend = makeNcclBackend(*g_control, g_config);
+  auto backend = makeNcclBackend(*g_control, g_options);
   REQUIRE(backend != nullptr);
   REQUIRE(backend->rank() == g_control->rank());
   REQUIRE(backend->size() == g_control->size());
   int devices = test::cudaDeviceCountOrZero();
-  REQUIRE(cudaSetDevice(g_config.topology.local_rank % devices) == cudaSuccess);
+  REQUIRE(cudaSetDevice(g_options.local_rank % devices) == cudaSuccess);
   return backend;
 }
 
@@ -158,15 +158,15 @@ int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   tutti::MpiControlPlane control;
   tutti::g_control = &control;
-  tutti::g_config.timeout_seconds = tutti::kTimeoutSeconds;
-  tutti::g_config.topology.rank = control.rank();
-  tutti::g_config.topology.size = control.size();
-  tutti::g_config.topology.local_rank = tutti::envInt("OMPI_COMM_WORLD_LOCAL_RANK", 0);
-  tutti::g_config.topology.local_size = tutti::envInt("OMPI_COMM_WORLD_LOCAL_SIZE", 1);
+  tutti::g_options.timeout_seconds = tutti::kTimeoutSeconds;
+  tutti::g_options.rank = control.rank();
+  tutti::g_options.size = control.size();
+  tutti::g_options.local_rank = tutti::envInt("OMPI_COMM_WORLD_LOCAL_RANK", 0);
+  const int local_size = tutti::envInt("OMPI_COMM_WORLD_LOCAL_SIZE", 1);
 
   // NCCL needs one GPU per rank: run the [gpu] cases only if every rank has its own.
   int devices = tutti::test::cudaDeviceCountOrZero();
-  int own_gpu = devices >= tutti::g_config.topology.local_size ? 1 : 0;
+  int own_gpu = devices >= local_size ? 1 : 0;
   int fewest_devices = devices;
   MPI_Allreduce(MPI_IN_PLACE, &own_gpu, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
   MPI_Allreduce(MPI_IN_PLACE, &fewest_devices, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
@@ -178,7 +178,7 @@ int main(int argc, char** argv) {
     if (rc == 0) rc = session.run();
   } else if (fewest_devices == 0) {
     // Some rank has no GPU: the factory must decline on every rank, together.
-    bool declined = tutti::makeNcclBackend(control, tutti::g_config) == nullptr;
+    bool declined = tutti::makeNcclBackend(control, tutti::g_options) == nullptr;
     if (!declined)
       std::fprintf(stderr, "rank %d: makeNcclBackend did not decline\n", control.rank());
     std::printf("rank %d: skipped: no CUDA device on some rank (%d here)\n", control.rank(),
@@ -186,7 +186,7 @@ int main(int argc, char** argv) {
     rc = declined ? tutti::test::kSkipReturnCode : 1;
   } else {
     std::printf("rank %d: skipped: %d ranks share %d CUDA devices on this node\n", control.rank(),
-                tutti::g_config.topology.local_size, devices);
+                local_size, devices);
     rc = tutti::test::kSkipReturnCode;
   }
   MPI_Finalize();

@@ -47,7 +47,7 @@ void runRanks(int hosts, int per_host, bool on, Failures& failures,
   const auto infos = infosFor(hosts, per_host, on, allgather, blocked);
   runThreads(n, failures, [&](int r) {
     Rank rank;
-    rank.transport = withShmControlPlanes(makeLoopbackTransport(hub, r), Config());
+    rank.transport = withShmControlPlanes(makeLoopbackTransport(hub, r), BackendOptions());
     auto layout = detail::layoutFromInfos(3, n, world, r, infos);
     rank.control = makeTwoLevelControlPlane(*rank.transport, *rank.transport,
                                             rank.transport->makeControlPlane(world, 3), layout);
@@ -157,7 +157,7 @@ TEST_CASE("hierarchical allreduce switched at run time, and uneven hosts decline
   auto hub = makeLoopbackHub(3);
   const std::vector<std::string> infos = {"1 1 1 a", "1 1 1 b", "1 1 1 a"};
   runThreads(3, failures, [&](int r) {
-    auto transport = withShmControlPlanes(makeLoopbackTransport(hub, r), Config());
+    auto transport = withShmControlPlanes(makeLoopbackTransport(hub, r), BackendOptions());
     auto layout = detail::layoutFromInfos(4, 3, {0, 1, 2}, r, infos);
     auto control = makeTwoLevelControlPlane(*transport, *transport,
                                             transport->makeControlPlane({0, 1, 2}, 4), layout);

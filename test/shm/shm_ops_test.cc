@@ -274,8 +274,7 @@ TEST_CASE("shm control plane: gather, broadcast and AND larger than its buffer, 
   for (int r = 0; r < n; ++r)
     threads.emplace_back([&, r] {
       try {
-        Config config;
-        auto transport = withShmControlPlanes(makeLoopbackTransport(hub, r), config);
+        auto transport = withShmControlPlanes(makeLoopbackTransport(hub, r), BackendOptions());
         auto control = transport->makeControlPlane(world, 3);
         for (int round = 0; round < 3; ++round) {
           auto all = control->gather(message(r, round), deadlineAfter(30));

@@ -192,26 +192,26 @@ TEST_CASE("the rendezvous port follows the job and step") {
 }
 
 TEST_CASE("the secret comes from TUTTI_SECRET or a private ~/.tutti/secret") {
-  Config config;
-  config.secret = kSecret;
-  CHECK(slurmSecret(config) == raw());
-  config.secret = "abcd";
-  CHECK_THAT(thrown([&] { slurmSecret(config); }), Catch::Contains("at least 16"));
+  BackendOptions options;
+  options.secret = kSecret;
+  CHECK(slurmSecret(options) == raw());
+  options.secret = "abcd";
+  CHECK_THAT(thrown([&] { slurmSecret(options); }), Catch::Contains("at least 16"));
 
   char dir[] = "/tmp/tutti-slurm-unit-XXXXXX";
   REQUIRE(::mkdtemp(dir));
-  config.secret.clear();
-  config.slurm.home = dir;
-  CHECK_THAT(thrown([&] { slurmSecret(config); }),
+  options.secret.clear();
+  options.slurm.home = dir;
+  CHECK_THAT(thrown([&] { slurmSecret(options); }),
              Catch::Contains("no job secret") && Catch::Contains("openssl rand -hex 32"));
   const std::string sub = std::string(dir) + "/.tutti", file = sub + "/secret";
   ::mkdir(sub.c_str(), 0700);
   std::ofstream(file) << kSecret << "\n";
   ::chmod(file.c_str(), 0644);
-  CHECK_THAT(thrown([&] { slurmSecret(config); }),
+  CHECK_THAT(thrown([&] { slurmSecret(options); }),
              Catch::Contains("mode 0644") && Catch::Contains("chmod 600 " + file));
   ::chmod(file.c_str(), 0600);
-  CHECK(slurmSecret(config) == raw());
+  CHECK(slurmSecret(options) == raw());
   ::unlink(file.c_str());
   ::rmdir(sub.c_str());
   ::rmdir(dir);

@@ -5,6 +5,7 @@
 
 #include <fstream>
 #include <sstream>
+#include <tuple>
 
 using namespace tutti;
 using Env = std::map<std::string, std::string>;
@@ -179,4 +180,65 @@ TEST_CASE("every HOROVOD_ twin names a variable of the table and is documented")
     CHECK(known);
     CHECK(doc.find(std::string("`") + twin.horovod + "`") != std::string::npos);
   }
+}
+
+namespace {
+
+// Every field of BackendOptions (backends/options.h), comparable in one CHECK.
+auto fields(const BackendOptions& o) {
+  return std::make_tuple(o.rank, o.size, o.local_rank, o.launcher, o.cpu_operations,
+                         o.timeout_seconds, o.start_timeout_seconds, o.rendezvous_addr,
+                         o.rendezvous_port, o.secret, o.gloo_iface, o.slurm.job_id,
+                         o.slurm.step_id, o.slurm.node_list, o.slurm.node_id, o.slurm.node_name,
+                         o.slurm.pmi, o.slurm.home, o.elastic.id, o.elastic.first_generation,
+                         o.elastic.timeout_seconds, o.shm, o.shm_buffer_bytes,
+                         o.hierarchical_allreduce, o.hierarchical_allgather);
+}
+
+}  // namespace
+
+TEST_CASE("the backends' options default to the config's defaults") {
+  Env env;
+  CHECK(fields(backendOptions(parseConfig(&env))) == fields(BackendOptions()));
+}
+
+TEST_CASE("backendOptions carries every setting the backends read") {
+  Env env = {{"TUTTI_RANK", "3"}, {"TUTTI_SIZE", "4"}, {"TUTTI_LOCAL_RANK", "1"},
+             {"TUTTI_LOCAL_SIZE", "2"}, {"TUTTI_CPU_OPERATIONS", "gloo"},
+             {"TUTTI_TIMEOUT_SECONDS", "30"}, {"TUTTI_START_TIMEOUT_SECONDS", "7"},
+             {"TUTTI_RENDEZVOUS_ADDR", "10.1.2.3"}, {"TUTTI_RENDEZVOUS_PORT", "4567"},
+             {"TUTTI_SECRET", "00112233445566778899aabbccddeeff"}, {"TUTTI_GLOO_IFACE", "eth1"},
+             {"TUTTI_SHM", "0"}, {"TUTTI_SHM_BUFFER_BYTES", "65536"},
+             {"TUTTI_HIERARCHICAL_ALLREDUCE", "0"}, {"TUTTI_HIERARCHICAL_ALLGATHER", "0"}};
+  BackendOptions want;
+  want.rank = 3;
+  want.size = 4;
+  want.local_rank = 1;
+  want.launcher = "tuttirun";
+  want.cpu_operations = "gloo";
+  want.timeout_seconds = 30;
+  want.start_timeout_seconds = 7;
+  want.rendezvous_addr = "10.1.2.3";
+  want.rendezvous_port = 4567;
+  want.secret = "00112233445566778899aabbccddeeff";
+  want.gloo_iface = "eth1";
+  want.shm = false;
+  want.shm_buffer_bytes = 65536;
+  want.hierarchical_allreduce = want.hierarchical_allgather = false;
+  CHECK(fields(backendOptions(parseConfig(&env))) == fields(want));
+
+  Env elastic = {{"TUTTI_ELASTIC_WORKER", "w7"}, {"TUTTI_ELASTIC_GENERATION", "3"},
+                 {"TUTTI_ELASTIC_TIMEOUT", "45"}, {"TUTTI_RANK", "1"}, {"TUTTI_SIZE", "4"}};
+  const BackendOptions e = backendOptions(parseConfig(&elastic));
+  CHECK((e.launcher == "tuttirun elastic" && e.elastic.id == "w7" &&
+         e.elastic.first_generation == 3 && e.elastic.timeout_seconds == 45));
+
+  Env slurm = {{"SLURM_PROCID", "1"}, {"SLURM_STEP_NUM_TASKS", "3"}, {"SLURM_NTASKS", "3"},
+               {"SLURM_STEP_ID", "0"}, {"SLURM_JOB_ID", "17"}, {"SLURM_NODEID", "0"},
+               {"SLURM_STEP_NODELIST", "n[1-2]"}, {"SLURMD_NODENAME", "n1"},
+               {"PMIX_RANK", "1"}, {"HOME", "/home/u"}};
+  const BackendOptions s = backendOptions(parseConfig(&slurm));
+  CHECK((s.launcher == "Slurm" && s.rank == 1 && s.size == 3 && s.slurm.job_id == "17" &&
+         s.slurm.step_id == "0" && s.slurm.node_list == "n[1-2]" && s.slurm.node_id == 0 &&
+         s.slurm.node_name == "n1" && s.slurm.pmi && s.slurm.home == "/home/u"));
 }
