@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# The layers of docs/architecture.md ("Layers"), checked on every #include of the sources:
+#   base/      includes nothing from core/ or backends/
+#   backends/  includes nothing from core/
+#   core/      includes from backends/ only the contracts: backend.h, registry.h, elastic.h,
+#              options.h
+#   frameworks/ includes none of them: only the public tutti/ headers
+# Prints one line per include that breaks a rule (file:line, the include, the rule) and
+# exits 1 when there is any. Usage: layering.sh SOURCE_DIR
+set -euo pipefail
+root=${1:?usage: layering.sh SOURCE_DIR}
+cd "$root"
+for dir in base backends core frameworks; do
+  [ -d "$dir" ] || { echo "layering: $root/$dir is missing" >&2; exit 2; }
+done
+
+contracts='backends/(backend|registry|elastic|options)\.h'
+include='^[[:space:]]*#[[:space:]]*include[[:space:]]*["<]'
+bad=0
+# report RULE: each "file:line:text" line on stdin breaks RULE.
+report() {
+  local hit file rest
+  while IFS= read -r hit; do
+    [ -n "$hit" ] || continue
+    file=${hit%%:*}
+    rest=${hit#*:}
+    echo "layering: $file:${rest%%:*}: $(sed 's/^[[:space:]]*//' <<<"${rest#*:}"): $1"
+    bad=1
+  done
+}
+includes() {  # DIR TARGET_PATTERN: the includes under DIR whose target matches
+  grep -rnE --include='*.h' --include='*.cc' --include='*.cu' "${include}($2)" "$1" || true
+}
+report "base/ is the bottom layer: it may include only base/ and the public tutti/ headers" \
+  < <(includes base 'core/|backends/')
+report "backends/ may include base/ and backends/, never core/ (what a backend needs from the Config goes into BackendOptions, backends/options.h)" \
+  < <(includes backends 'core/')
+report "core/ may include from backends/ only the contracts backend.h, registry.h, elastic.h and options.h" \
+  < <(includes core 'backends/' | grep -vE "[\"<]${contracts}[\">]")
+report "frameworks/ use the public API only (tutti/tutti.h, tutti/tutti.hpp)" \
+  < <(includes frameworks 'base/|core/|backends/')
+if [ "$bad" -ne 0 ]; then
+  echo "layering: FAILED (docs/architecture.md, \"Layers\", says where each piece belongs)"
+  exit 1
+fi
+echo "layering: base/, backends/, core/ and frameworks/ include only what their layer may"
