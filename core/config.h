@@ -95,8 +95,9 @@ std::vector<std::string> settingsInForce(const Config& config);
 // The table rendered as a Markdown table (docs/env_vars.md embeds it).
 std::string configMarkdown();
 
-// What the backends read of `config` (backends/options.h): the one place it is made. Call it
-// after the topology is measured (the NCCL backend picks its device by local rank).
+// What the backends read of `config` (backends/options.h): the one place it is made. A
+// process set's backends are made from it after the topology is measured, so the NCCL
+// backend picks its device by the measured local rank.
 BackendOptions backendOptions(const Config& config);
 
 }  // namespace tutti
