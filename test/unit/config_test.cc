@@ -5,7 +5,8 @@
 
 #include <fstream>
 #include <sstream>
-#include <tuple>
+#include <string>
+#include <vector>
 
 using namespace tutti;
 using Env = std::map<std::string, std::string>;
@@ -184,15 +185,31 @@ TEST_CASE("every HOROVOD_ twin names a variable of the table and is documented")
 
 namespace {
 
-// Every field of BackendOptions (backends/options.h), comparable in one CHECK.
-auto fields(const BackendOptions& o) {
-  return std::make_tuple(o.rank, o.size, o.local_rank, o.launcher, o.cpu_operations,
-                         o.timeout_seconds, o.start_timeout_seconds, o.rendezvous_addr,
-                         o.rendezvous_port, o.secret, o.gloo_iface, o.slurm.job_id,
-                         o.slurm.step_id, o.slurm.node_list, o.slurm.node_id, o.slurm.node_name,
-                         o.slurm.pmi, o.slurm.home, o.elastic.id, o.elastic.first_generation,
-                         o.elastic.timeout_seconds, o.shm, o.shm_buffer_bytes,
-                         o.hierarchical_allreduce, o.hierarchical_allgather);
+// Every field of BackendOptions (backends/options.h) as "name=value": a failed CHECK shows
+// which one differs.
+std::vector<std::string> fields(const BackendOptions& o) {
+  std::vector<std::string> out;
+  auto add = [&out](const char* name, const auto& value) {
+    std::ostringstream s;
+    s << name << "=" << value;
+    out.push_back(s.str());
+  };
+  add("rank", o.rank), add("size", o.size), add("local_rank", o.local_rank);
+  add("launcher", o.launcher), add("cpu_operations", o.cpu_operations);
+  add("timeout_seconds", o.timeout_seconds);
+  add("start_timeout_seconds", o.start_timeout_seconds);
+  add("rendezvous_addr", o.rendezvous_addr), add("rendezvous_port", o.rendezvous_port);
+  add("secret", o.secret), add("gloo_iface", o.gloo_iface);
+  add("slurm.job_id", o.slurm.job_id), add("slurm.step_id", o.slurm.step_id);
+  add("slurm.node_list", o.slurm.node_list), add("slurm.node_id", o.slurm.node_id);
+  add("slurm.node_name", o.slurm.node_name), add("slurm.pmi", o.slurm.pmi);
+  add("slurm.home", o.slurm.home), add("elastic.id", o.elastic.id);
+  add("elastic.first_generation", o.elastic.first_generation);
+  add("elastic.timeout_seconds", o.elastic.timeout_seconds);
+  add("shm", o.shm), add("shm_buffer_bytes", o.shm_buffer_bytes);
+  add("hierarchical_allreduce", o.hierarchical_allreduce);
+  add("hierarchical_allgather", o.hierarchical_allgather);
+  return out;
 }
 
 }  // namespace
