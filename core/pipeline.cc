@@ -49,6 +49,11 @@ bool Pipeline::drain(double stall_seconds, Status* why) {
   return true;
 }
 
+bool Pipeline::idle() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return head_ == queue_.size() && !running_batch_;
+}
+
 Status Pipeline::failure() const {
   std::lock_guard<std::mutex> lock(mu_);
   return failure_;

@@ -45,6 +45,8 @@ class Pipeline {
   // Waits until every batch pushed so far has run. Returns false, with *why saying so, when
   // one failed or when no batch finished for `stall_seconds` (a backend past its deadline).
   bool drain(double stall_seconds, Status* why);
+  // No batch queued or running (then only the pushing thread can give it one).
+  bool idle() const;
   // The first failure of a batch; OK while none failed.
   Status failure() const;
   // Tensors in batches pushed and not finished: entries still in the queues that need no

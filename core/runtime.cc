@@ -298,20 +298,27 @@ bool Runtime::busy() const {
 void Runtime::execute(const std::shared_ptr<ProcessSet>& set, std::vector<Response> plan,
                       const std::shared_ptr<Timeline>& tl) {
   bool changes_sets = false;
-  for (const auto& r : plan)
+  int64_t tensors = 0, bytes = 0;
+  for (const auto& r : plan) {
     changes_sets |= r.op == OpType::kAddProcessSet || r.op == OpType::kRemoveProcessSet;
-  if (config_.pipeline && !changes_sets) {
+    tensors += static_cast<int64_t>(r.names.size());
+    for (int64_t c : r.counts) bytes += c * dataTypeSize(r.dtype);
+  }
+  // A small plan takes microseconds to run: with the executor idle there is nothing to
+  // overlap it with that a thread hand-off would not cost more (a lone op's latency).
+  const bool small = bytes < kInlineBytes && pipeline_.idle();
+  if (config_.pipeline && !changes_sets && !small) {
     Pipeline::Batch batch;
-    for (const auto& r : plan) batch.tensors += static_cast<int64_t>(r.names.size());
     batch.set = set;
     batch.plan = std::move(plan);
     batch.timeline = tl;
+    batch.tensors = tensors;
     pipeline_.push(std::move(batch));
     return;
   }
   // A set change makes or removes sets (collective setup on their channels): everything
   // planned before it runs first, and nothing runs beside it.
-  drainPipeline();
+  if (!small) drainPipeline();
   for (const auto& response : plan) {
     if (response.op == OpType::kAddProcessSet || response.op == OpType::kRemoveProcessSet) {
       applySetChange(response);

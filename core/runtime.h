@@ -101,6 +101,10 @@ class Runtime {
   // error (a timeout, a lost peer); false after this rank's own shutdown.
   bool jobFailed() const { return job_failed_.load(); }
 
+  // Pipelined rounds (TUTTI_PIPELINE): a plan of fewer bytes runs on the background thread
+  // when the executor thread is idle.
+  static constexpr int64_t kInlineBytes = 64 << 10;
+
  private:
   std::shared_ptr<ProcessSet> findSet(int id) const;
   std::shared_ptr<ProcessSet> createSet(int id, std::vector<int> ranks);
@@ -116,6 +120,7 @@ class Runtime {
   void applySetChange(const Response& response);
   // Runs `plan` for `set`: on the executor thread (pipelined), or here after every batch
   // pushed before it has run (TUTTI_PIPELINE=0, or a plan that changes the set table).
+  // A plan of fewer bytes runs here when the executor thread is idle.
   void execute(const std::shared_ptr<ProcessSet>& set, std::vector<Response> plan,
                const std::shared_ptr<Timeline>& tl);
   // Waits until the executor thread has run every plan pushed so far; throws its failure.

@@ -304,7 +304,8 @@ TEST_CASE("pipelined rounds: the next round negotiates while a plan runs; TUTTI_
     Failures failures;
     std::atomic<int> overlapped{0};
     runRanks(2, [&overlapped](RankContext& c) {
-      std::vector<float> a(4, 1.0f), b(4, 2.0f);
+      // A is large enough to go to the executor thread (a small plan runs inline when it idles).
+      std::vector<float> a(Runtime::kInlineBytes / 4 + 1, 1.0f), b(4, 2.0f);
       std::atomic<bool> release{false}, in_callback{false};
       auto rounds_with_work = [&c] {
         for (const auto& kv : c.rt.stats())
@@ -313,7 +314,7 @@ TEST_CASE("pipelined rounds: the next round negotiates while a plan runs; TUTTI_
       };
       // A's callback holds the thread that runs plans until released (at most 3 s).
       std::vector<TensorEntry> entries;
-      entries.push_back(makeTestEntry(OpType::kAllreduce, "pipe.a", {4}, DataType::kFloat32, a.data(), a.data()));
+      entries.push_back(makeTestEntry(OpType::kAllreduce, "pipe.a", {int64_t(a.size())}, DataType::kFloat32, a.data(), a.data()));
       Handle ha = 0, hb = 0;
       c.expectOk(c.rt.submit(0, std::move(entries), [&](Handle, const Status&) {
         in_callback = true;
@@ -333,7 +334,7 @@ TEST_CASE("pipelined rounds: the next round negotiates while a plan runs; TUTTI_
       release = true;
       c.expectOk(c.rt.wait(ha, 10, nullptr), "wait a");
       c.expectOk(c.rt.wait(hb, 10, nullptr), "wait b");
-      if (a[0] != 2.0f || b[3] != 4.0f) c.fail("wrong sums: " + std::to_string(a[0]) + ", " + std::to_string(b[3]));
+      if (a[0] != 2.0f || a.back() != 2.0f || b[3] != 4.0f) c.fail("wrong sums: " + std::to_string(a[0]) + ", " + std::to_string(b[3]));
     }, failures, [pipeline](Config& config) { config.pipeline = pipeline; });
     CHECK(failures.summary() == "0 failure(s)");
     CHECK(overlapped.load() == (pipeline ? 2 : 0));
