@@ -82,6 +82,11 @@ const std::vector<ConfigVar>& configTable() {
        [](const std::string& v, Config& c) {
          c.cycle_time_ms = parseDouble("TUTTI_CYCLE_TIME_MS", v, 0, 10000);
        }},
+      {"TUTTI_PIPELINE", "bool", "1", "0, 1",
+       "Pipelined rounds: an executor thread runs each round's collectives while the "
+       "background thread negotiates the next round; 0: the background thread does both in "
+       "turn. Local to each rank.",
+       [](const std::string& v, Config& c) { c.pipeline = parseBool("TUTTI_PIPELINE", v); }},
       {"TUTTI_CPU_OPERATIONS", "enum", "(from the launcher)", "mpi, gloo, loopback",
        "Backend for CPU tensors and negotiation. Default: mpi under mpirun, gloo under "
        "tuttirun --gloo, loopback for a single process; under srun mpi when this build has "

@@ -18,6 +18,7 @@ Runtime::Runtime(Config config, std::unique_ptr<Transport> transport)
     : config_(std::move(config)),
       transport_(std::move(transport)),
       executor_(config_, stats_),
+      pipeline_(executor_, [this](const Status& s) { pipelineFailed(s); }),
       tuned_{config_.fusion_threshold, config_.cycle_time_ms, config_.cache_capacity > 0} {
   if (!config_.elastic.id.empty()) {  // an elastic worker's seat, from the rendezvous
     config_.topology.rank = transport_->rank();
@@ -43,6 +44,7 @@ Runtime::Runtime(Config config, std::unique_ptr<Transport> transport)
   Status started = startTimeline(config_.timeline_filename, config_.timeline_mark_cycles);
   if (!started.ok()) throwError(started.code(), started.message());
   logStartup();
+  if (config_.pipeline) pipeline_.start();
   thread_ = std::thread([this] { loop(); });
   thread_id_ = thread_.get_id();
 }
@@ -284,10 +286,67 @@ int Runtime::processSetRank(int id) const {
 }
 
 bool Runtime::busy() const {
-  std::lock_guard<std::mutex> lock(sets_mu_);
-  for (const auto& kv : sets_)
-    if (kv.second->member() && kv.second->queue.inFlight() > 0) return true;
-  return false;
+  // Entries of plans the executor thread has yet to run need no more rounds.
+  int64_t in_flight = 0;
+  {
+    std::lock_guard<std::mutex> lock(sets_mu_);
+    for (const auto& kv : sets_)
+      if (kv.second->member()) in_flight += static_cast<int64_t>(kv.second->queue.inFlight());
+  }
+  return in_flight > pipeline_.pendingTensors();
+}
+
+void Runtime::execute(const std::shared_ptr<ProcessSet>& set, std::vector<Response> plan,
+                      const std::shared_ptr<Timeline>& tl) {
+  bool changes_sets = false;
+  int64_t tensors = 0, bytes = 0;
+  for (const auto& r : plan) {
+    changes_sets |= r.op == OpType::kAddProcessSet || r.op == OpType::kRemoveProcessSet;
+    tensors += static_cast<int64_t>(r.names.size());
+    for (int64_t c : r.counts) bytes += c * dataTypeSize(r.dtype);
+  }
+  // A small plan takes microseconds to run: with the executor idle there is nothing to
+  // overlap it with that a thread hand-off would not cost more (a lone op's latency).
+  const bool small = bytes < kInlineBytes && pipeline_.idle();
+  if (config_.pipeline && !changes_sets && !small) {
+    Pipeline::Batch batch;
+    batch.set = set;
+    batch.plan = std::move(plan);
+    batch.timeline = tl;
+    batch.tensors = tensors;
+    pipeline_.push(std::move(batch));
+    return;
+  }
+  // A set change makes or removes sets (collective setup on their channels): everything
+  // planned before it runs first, and nothing runs beside it.
+  if (!small) drainPipeline();
+  for (const auto& response : plan) {
+    if (response.op == OpType::kAddProcessSet || response.op == OpType::kRemoveProcessSet) {
+      applySetChange(response);
+      if (tl) tl->endAll(set->id, response.op, response.names[0]);
+    } else {
+      executor_.run(response, *set, tl.get());
+    }
+  }
+}
+
+void Runtime::drainPipeline() {
+  if (!config_.pipeline) return;
+  // A batch's backend calls have deadlines of TUTTI_TIMEOUT_SECONDS each: one that finishes
+  // nothing for longer than that (and a little) is stuck.
+  Status why;
+  if (!pipeline_.drain(config_.timeout_seconds + 5.0, &why)) throwError(why.code(), why.message());
+}
+
+void Runtime::pipelineFailed(const Status& status) {
+  recordStop(status);
+  job_failed_ = true;
+  abortSets(allSets(), status.message());
+  {
+    std::lock_guard<std::mutex> lock(wake_mu_);
+    work_pending_ = true;  // the background thread runs a round at once: it fails and stops
+  }
+  wake_cv_.notify_all();
 }
 
 void Runtime::loop() {
@@ -399,6 +458,9 @@ void Runtime::stop(const Status& status) {
     TUTTI_LOG(kError) << "background thread stopped: " << first.message();
   const auto sets = allSets();
   if (first.code() != StatusCode::kAborted) abortSets(sets, first.message());
+  // The executor thread lets go of the queued entries (its batch in progress fails fast
+  // on the aborted backends) before they are failed here.
+  pipeline_.stop();
   for (auto& set : sets)
     for (auto& e : set->queue.takeAll()) HandleTable::fail(*e.handle, first);
   handles_.failAll(first);

@@ -34,6 +34,7 @@
 #include "core/executor.h"
 #include "core/handle_table.h"
 #include "core/job_clock.h"
+#include "core/pipeline.h"
 #include "core/process_set.h"
 #include "core/stats.h"
 #include "core/timeline.h"
@@ -63,7 +64,10 @@ class Runtime {
   // Idempotent. Called on the background thread itself (from a callback) it only asks the
   // thread to stop after its round; a later shutdown() on another thread joins it.
   void shutdown(const std::string& note = "called shutdown");
-  bool onBackgroundThread() const { return std::this_thread::get_id() == thread_id_; }
+  // The background thread or the executor thread of pipelined rounds (callbacks run there).
+  bool onBackgroundThread() const {
+    return std::this_thread::get_id() == thread_id_ || pipeline_.onThread();
+  }
 
   const Config& config() const { return config_; }
   const Topology& topology() const { return config_.topology; }
@@ -97,6 +101,10 @@ class Runtime {
   // error (a timeout, a lost peer); false after this rank's own shutdown.
   bool jobFailed() const { return job_failed_.load(); }
 
+  // Pipelined rounds (TUTTI_PIPELINE): a plan of fewer bytes runs on the background thread
+  // when the executor thread is idle.
+  static constexpr int64_t kInlineBytes = 64 << 10;
+
  private:
   std::shared_ptr<ProcessSet> findSet(int id) const;
   std::shared_ptr<ProcessSet> createSet(int id, std::vector<int> ranks);
@@ -110,6 +118,16 @@ class Runtime {
   void logRound(const ProcessSet& set, const std::vector<Response>& plan, size_t cache_hits) const;
   std::string checkStalls(ProcessSet& set);  // root: warns; returns a fatal message if due
   void applySetChange(const Response& response);
+  // Runs `plan` for `set`: on the executor thread (pipelined), or here after every batch
+  // pushed before it has run (TUTTI_PIPELINE=0, or a plan that changes the set table).
+  // A plan of fewer bytes runs here when the executor thread is idle.
+  void execute(const std::shared_ptr<ProcessSet>& set, std::vector<Response> plan,
+               const std::shared_ptr<Timeline>& tl);
+  // Waits until the executor thread has run every plan pushed so far; throws its failure.
+  void drainPipeline();
+  // The executor thread's failure: made the sticky error; every set is aborted and the
+  // background thread woken, so that it stops at once.
+  void pipelineFailed(const Status& status);
   void stop(const Status& status);
   // From an API thread: makes `status` the sticky error, aborts every control plane and
   // backend and waits (bounded) for the background thread to leave, so that no queued op
@@ -135,6 +153,7 @@ class Runtime {
   HandleTable handles_;
   Stats stats_;
   Executor executor_;
+  Pipeline pipeline_;  // TUTTI_PIPELINE: runs the plans while the next round negotiates
   JobClock clock_;  // measured once at init
 
   mutable std::mutex timeline_mu_;

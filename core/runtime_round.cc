@@ -52,6 +52,8 @@ bool Runtime::runRound(bool* had_work) {
   const auto and_start = Clock::now();
   sets[0]->control->allreduceAnd(bits.words(), deadlineAfter(config_.timeout_seconds));
   stats_.addTime(StatTime::kNegotiation, Clock::now() - and_start);
+  const Status failed = pipeline_.failure();  // the executor thread's batch failed
+  if (!failed.ok()) throwError(failed.code(), failed.message());
   // Every rank runs the same rounds (the AND above is collective), so each one reaches
   // this point in the same round: rank 0's autotune choice applies everywhere at once.
   if (config_.autotune && bits.running() && rounds_ % kTuneEveryRounds == 0) tune(*sets[0]);
@@ -68,19 +70,13 @@ bool Runtime::runRound(bool* had_work) {
     *had_work = true;
     notes.cache_hits += static_cast<int64_t>(agreed.cached);
     notes.negotiated += static_cast<int64_t>(agreed.responses.size() - agreed.cached);
-    const std::vector<Response> plan =
-        planFusion(std::move(agreed.responses), tuned_.fusion_threshold);
+    std::vector<Response> plan = planFusion(std::move(agreed.responses), tuned_.fusion_threshold);
     if (logEnabled(LogLevel::kDebug)) logRound(set, plan, agreed.cached);
     for (const auto& response : plan) {
       notes.batches += 1;
       for (int64_t c : response.counts) notes.bytes += c * dataTypeSize(response.dtype);
-      if (response.op == OpType::kAddProcessSet || response.op == OpType::kRemoveProcessSet) {
-        applySetChange(response);
-        if (tl) tl->endAll(set.id, response.op, response.names[0]);
-      } else {
-        executor_.run(response, set, tl.get());
-      }
     }
+    execute(sets[i], std::move(plan), tl);
   }
   stats_.addRound(*had_work);
   if (tl && *had_work)
@@ -91,8 +87,10 @@ bool Runtime::runRound(bool* had_work) {
                                ",\"bytes\":" + std::to_string(notes.bytes));
   for (auto& set : sets)  // demoted requests are negotiated at once
     if (set->member() && set->negotiator.hasDemoted()) *had_work = true;
-  // 5. Shutdown: every rank learns it in the same round, then who stopped and why.
+  // 5. Shutdown: every rank learns it in the same round, then who stopped and why, once
+  //    everything planned has run.
   if (!bits.running()) {
+    drainPipeline();
     std::string note;
     if (shutting_down) {
       std::lock_guard<std::mutex> lock(wake_mu_);

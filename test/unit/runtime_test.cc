@@ -297,3 +297,46 @@ TEST_CASE("handles used only with callbacks are released, the oldest first, and 
   }, failures);
   CHECK(failures.summary() == "0 failure(s)");
 }
+
+TEST_CASE("pipelined rounds: the next round negotiates while a plan runs; TUTTI_PIPELINE=0 takes turns") {
+  for (bool pipeline : {true, false}) {
+    INFO("TUTTI_PIPELINE=" << pipeline);
+    Failures failures;
+    std::atomic<int> overlapped{0};
+    runRanks(2, [&overlapped](RankContext& c) {
+      // A is large enough to go to the executor thread (a small plan runs inline when it idles).
+      std::vector<float> a(Runtime::kInlineBytes / 4 + 1, 1.0f), b(4, 2.0f);
+      std::atomic<bool> release{false}, in_callback{false};
+      auto rounds_with_work = [&c] {
+        for (const auto& kv : c.rt.stats())
+          if (kv.first == "rounds.with_work") return kv.second;
+        return int64_t(-1);
+      };
+      // A's callback holds the thread that runs plans until released (at most 3 s).
+      std::vector<TensorEntry> entries;
+      entries.push_back(makeTestEntry(OpType::kAllreduce, "pipe.a", {int64_t(a.size())}, DataType::kFloat32, a.data(), a.data()));
+      Handle ha = 0, hb = 0;
+      c.expectOk(c.rt.submit(0, std::move(entries), [&](Handle, const Status&) {
+        in_callback = true;
+        for (int k = 0; k < 3000 && !release.load(); ++k) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }, &ha), "submit a");
+      for (int k = 0; k < 10000 && !in_callback.load(); ++k) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      const int64_t before = rounds_with_work();
+      c.expectOk(submitOne(c.rt, makeTestEntry(OpType::kAllreduce, "pipe.b", {4}, DataType::kFloat32, b.data(), b.data()), &hb), "submit b");
+      // B's round (negotiation, a round with work) runs while A's callback still holds the
+      // executor thread; with TUTTI_PIPELINE=0 the background thread is the one held.
+      bool negotiated = false;
+      for (int k = 0; k < 1000 && !negotiated; ++k) {
+        negotiated = rounds_with_work() > before;
+        if (!negotiated) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      if (negotiated && !release.load()) ++overlapped;
+      release = true;
+      c.expectOk(c.rt.wait(ha, 10, nullptr), "wait a");
+      c.expectOk(c.rt.wait(hb, 10, nullptr), "wait b");
+      if (a[0] != 2.0f || a.back() != 2.0f || b[3] != 4.0f) c.fail("wrong sums: " + std::to_string(a[0]) + ", " + std::to_string(b[3]));
+    }, failures, [pipeline](Config& config) { config.pipeline = pipeline; });
+    CHECK(failures.summary() == "0 failure(s)");
+    CHECK(overlapped.load() == (pipeline ? 2 : 0));
+  }
+}
