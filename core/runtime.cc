@@ -148,8 +148,10 @@ Status Runtime::submit(int process_set, std::vector<TensorEntry> entries, Callba
   }
   // A shutdown or fatal error that raced this submission: its failAll may have missed the
   // new handle, and no round will run the entry. Fail it here (idempotent if it did not).
-  Status stopped = stoppedStatus();
-  if (!stopped.ok()) {
+  // The flag is set before failAll takes the table's lock: if this load misses it, the
+  // handle was in the table before failAll looked.
+  if (stopped_once_.load()) {
+    const Status stopped = stoppedStatus();
     HandleTable::fail(*state, stopped);
     handles_.release(state->id);
     return stopped;
