@@ -136,11 +136,15 @@ tutti::OpOptions toOptions(const tutti_op_options_t* o) {
   return options;
 }
 
+void flatInto(const void* data, int64_t count, tutti_dtype_t dtype, tutti::TensorView* v) {
+  v->data = const_cast<void*>(data);
+  v->dtype = static_cast<tutti::DataType>(dtype);
+  v->shape.assign(1, count);
+}
+
 tutti::TensorView flat(const void* data, int64_t count, tutti_dtype_t dtype) {
   tutti::TensorView v;
-  v.data = const_cast<void*>(data);
-  v.dtype = static_cast<tutti::DataType>(dtype);
-  v.shape = {count};
+  flatInto(data, count, dtype, &v);
   return v;
 }
 
@@ -227,7 +231,14 @@ tutti_status_t tutti_allreduce_async(const char* name, const void* input, void* 
     options.op = static_cast<tutti::ReduceOp>(op);
     options.prescale = prescale;
     options.postscale = postscale;
-    return tutti::allreduceAsync(nameOf(name), flat(input, count, dtype), flat(output, count, dtype), options, handle);
+    // The hot path of a training step: this thread's name and views are reused, so that
+    // only the queue entry allocates.
+    thread_local std::string t_name;
+    thread_local tutti::TensorView t_in, t_out;
+    t_name.assign(name ? name : "");
+    flatInto(input, count, dtype, &t_in);
+    flatInto(output, count, dtype, &t_out);
+    return tutti::allreduceAsync(t_name, t_in, t_out, options, handle);
   });
 }
 

@@ -48,9 +48,11 @@ void Executor::run(const Response& r, ProcessSet& set, Timeline* timeline) {
       timeline_->begin(set.id, r.op, name, what, args);
     }
   }
-  struct Done {  // the rows' open phases end however the op ends
+  struct Done {  // the rows' open phases end and the waiters wake however the op ends
     Executor* self;
     ~Done() {
+      if (self->handles_) self->handles_->wake();  // once for the whole batch
+      self->handles_ = nullptr;
       if (self->timeline_)
         for (const auto& name : self->current_->names)
           self->timeline_->endAll(self->set_id_, self->current_->op, name);
@@ -114,13 +116,20 @@ void Executor::timed(StatTime what, const char* name, Work&& work) {
 
 void Executor::complete(TensorEntry& e, const Status& status) {
   if (timeline_) timeline_->begin(set_id_, current_->op, e.request.name, "CALLBACK");
-  HandleTable::complete(*e.handle, status);
+  HandleTable::complete(*e.handle, status, /*wake=*/false);  // run() wakes the waiters
+  handles_ = e.handle->owner;
   if (timeline_) timeline_->end(set_id_, current_->op, e.request.name);
 }
 
 void Executor::execute(const Response& r, ProcessSet& set) {
-  std::vector<std::optional<TensorEntry>> entries;
-  for (const auto& name : r.names) entries.push_back(set.queue.take(name));
+  // The batch's entries, in a vector kept between responses: a step's worth of entries is
+  // tens of KiB, and allocating and freeing that every round costs malloc a consolidation.
+  std::vector<std::optional<TensorEntry>>& entries = batch_;
+  struct Clear {  // the entries (their buffers, allocators, handles) go when the op ends
+    std::vector<std::optional<TensorEntry>>& entries;
+    ~Clear() { entries.clear(); }
+  } clear{entries};
+  set.queue.take(r.names, &entries);
 
   if (r.type == ResponseType::kError) {
     for (auto& e : entries)

@@ -10,6 +10,7 @@
 #pragma once
 
 #include "core/config.h"
+#include "core/handle_table.h"
 #include "core/fusion.h"
 #include "core/process_set.h"
 #include "core/stats.h"
@@ -48,7 +49,8 @@ class Executor {
   // `work` as the timeline phase `name`, its time added to the counter `what`.
   template <typename Work>
   void timed(StatTime what, const char* name, Work&& work);
-  // Completes `e` (its callback runs here) as the CALLBACK phase.
+  // Completes `e` (its callback runs here) as the CALLBACK phase; its waiters wake once
+  // the whole response has run (one wake-up per fused batch).
   void complete(TensorEntry& e, const Status& status = Status::OK());
 
   const Config& config_;
@@ -56,7 +58,9 @@ class Executor {
   Timeline* timeline_ = nullptr;      // during run()
   const Response* current_ = nullptr;  // during run()
   int set_id_ = 0;                     // during run()
+  HandleTable* handles_ = nullptr;     // during run(): whose waiters to wake at its end
   FusionBuffer fusion_;
+  std::vector<std::optional<TensorEntry>> batch_;  // execute()'s entries; empty between ops
 };
 
 }  // namespace tutti

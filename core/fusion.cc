@@ -28,6 +28,7 @@ int64_t bytesOf(const Response& r) {
 
 std::vector<Response> planFusion(std::vector<Response> responses, int64_t threshold) {
   std::vector<Response> out;
+  out.reserve(responses.size());
   std::vector<bool> used(responses.size(), false);
   for (size_t i = 0; i < responses.size(); ++i) {
     if (used[i]) continue;
@@ -41,6 +42,10 @@ std::vector<Response> planFusion(std::vector<Response> responses, int64_t thresh
         if (more < 0 || !checkedAdd(bytes, more, &sum) || sum > threshold) continue;
         bytes = sum;
         used[j] = true;
+        if (fused.names.size() == 1) {  // the first to join: room for all that may follow
+          fused.names.reserve(responses.size() - i);
+          fused.counts.reserve(responses.size() - i);
+        }
         for (auto& name : responses[j].names) fused.names.push_back(std::move(name));
         fused.counts.insert(fused.counts.end(), responses[j].counts.begin(),
                             responses[j].counts.end());

@@ -12,7 +12,7 @@ std::shared_ptr<HandleState> HandleTable::create(int parts, Callback callback) {
   state->owner = this;
   std::lock_guard<std::mutex> lock(mu_);
   state->id = next_++;
-  handles_[state->id] = state;
+  handles_.emplace(state->id, state);
   return state;
 }
 
@@ -22,28 +22,49 @@ std::shared_ptr<HandleState> HandleTable::find(Handle handle) {
   return it == handles_.end() ? nullptr : it->second;
 }
 
+std::shared_ptr<HandleState> HandleTable::findForWait(Handle handle, bool* released) {
+  std::lock_guard<std::mutex> lock(mu_);
+  *released = false;
+  auto it = handles_.find(handle);
+  if (it == handles_.end()) return nullptr;
+  std::shared_ptr<HandleState> state = std::move(it->second);
+  if (state->done.load(std::memory_order_acquire)) {
+    handles_.erase(it);
+    *released = true;
+  } else {
+    it->second = state;
+  }
+  return state;
+}
+
 void HandleTable::release(Handle handle) {
   std::lock_guard<std::mutex> lock(mu_);
   handles_.erase(handle);
 }
 
-void HandleTable::complete(HandleState& state, const Status& status) {
+void HandleTable::complete(HandleState& state, const Status& status, bool wake) {
   Callback callback;
   Status final_status;
   {
     std::lock_guard<std::mutex> lock(state.mu);
-    if (state.done) return;
+    if (state.done.load(std::memory_order_relaxed)) return;
     if (!status.ok() && state.status.ok()) state.status = status;
     if (--state.remaining > 0) return;
-    state.done = true;
     callback = std::move(state.callback);
     final_status = state.status;
+    state.done.store(true);  // sequentially consistent: pairs with sleepers_ (wake())
   }
-  state.cv.notify_all();
+  if (wake && state.owner) state.owner->wake();
   if (callback) {
     callback(state.id, final_status);
     if (state.owner) state.owner->retire(state.id);
   }
+}
+
+void HandleTable::wake() {
+  if (sleepers_.load() == 0) return;
+  std::lock_guard<std::mutex> lock(sleep_mu_);
+  sleep_cv_.notify_all();
 }
 
 void HandleTable::retire(Handle handle) {
@@ -56,19 +77,33 @@ void HandleTable::retire(Handle handle) {
 }
 
 Status HandleTable::wait(HandleState& state, Deadline deadline) {
+  if (state.done.load(std::memory_order_acquire)) return state.status;
   // A short spin first: a small op often finishes within microseconds, and a futex
   // sleep/wake costs more than that.
-  auto spin_until = Clock::now() + std::chrono::microseconds(30);
+  const auto spin_until = std::min(deadline, Clock::now() + std::chrono::microseconds(30));
   while (Clock::now() < spin_until) {
-    {
-      std::lock_guard<std::mutex> lock(state.mu);
-      if (state.done) return state.status;
-    }
     std::this_thread::yield();
+    if (state.done.load(std::memory_order_acquire)) return state.status;
   }
-  std::unique_lock<std::mutex> lock(state.mu);
-  if (!state.cv.wait_until(lock, deadline, [&] { return state.done; }))
-    return Status(StatusCode::kInProgress, "still running after the wait's timeout");
+  if (state.owner) return state.owner->sleepUntilDone(state, deadline);
+  // Not made by a table (nothing does that today): poll until the deadline.
+  while (!state.done.load(std::memory_order_acquire)) {
+    if (Clock::now() >= deadline)
+      return Status(StatusCode::kInProgress, "still running after the wait's timeout");
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  return state.status;
+}
+
+Status HandleTable::sleepUntilDone(HandleState& state, Deadline deadline) {
+  std::unique_lock<std::mutex> lock(sleep_mu_);
+  sleepers_.fetch_add(1);
+  bool done = state.done.load();
+  while (!done && sleep_cv_.wait_until(lock, deadline) == std::cv_status::no_timeout)
+    done = state.done.load();
+  done = done || state.done.load();
+  sleepers_.fetch_sub(1);
+  if (!done) return Status(StatusCode::kInProgress, "still running after the wait's timeout");
   return state.status;
 }
 
@@ -82,7 +117,7 @@ std::string HandleState::what() const {
 void HandleTable::fail(HandleState& state, const Status& status) {
   {
     std::lock_guard<std::mutex> lock(state.mu);
-    if (state.done) return;
+    if (state.done.load(std::memory_order_relaxed)) return;
     state.remaining = 1;
   }
   const std::string what = state.what();

@@ -1,9 +1,16 @@
 // Handles: what the caller waits on. Thread-safe: created by API threads, completed by the
 // background thread, waited on/polled/released by API threads.
+//
+// A handle's `done` flag is an atomic set once its status and result are final: a poll or
+// wait that finds it set reads them without a lock or a system call. A waiter that must
+// sleep does so on the table's one condition variable; completing a handle wakes it only
+// when someone sleeps there, and the executor completes a fused batch's handles first and
+// wakes the sleepers once (wake()).
 #pragma once
 
 #include "base/common.h"
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <memory>
@@ -15,9 +22,8 @@ namespace tutti {
 class HandleTable;
 
 struct HandleState {
-  std::mutex mu;
-  std::condition_variable cv;
-  bool done = false;
+  std::mutex mu;                  // remaining, status and callback until done
+  std::atomic<bool> done{false};  // set once status and result no longer change
   int remaining = 1;  // parts still running (grouped allreduce has one per tensor)
   Status status;      // the first error of any part
   Result result;
@@ -38,14 +44,20 @@ class HandleTable {
   // A new handle that completes after `parts` calls of complete().
   std::shared_ptr<HandleState> create(int parts, Callback callback);
   std::shared_ptr<HandleState> find(Handle handle);
+  // find(), and when the handle is done already also release() it, under one lock (the
+  // usual wait: its op finished while the caller did other work). *released says which.
+  std::shared_ptr<HandleState> findForWait(Handle handle, bool* released);
   void release(Handle handle);
 
   // Completes one part. The handle is done once every part has completed; then waiters wake
-  // and the callback runs (on the calling thread). A handle with a callback may never be
-  // waited on: once its callback has run it stays known (poll, wait) until it is waited on
-  // or kKeepCalledBack later callback handles have completed, then it is released.
-  static void complete(HandleState& state, const Status& status);
+  // (unless `wake` is false: the caller calls wake() once for a batch) and the callback runs
+  // (on the calling thread). A handle with a callback may never be waited on: once its
+  // callback has run it stays known (poll, wait) until it is waited on or kKeepCalledBack
+  // later callback handles have completed, then it is released.
+  static void complete(HandleState& state, const Status& status, bool wake = true);
   static constexpr size_t kKeepCalledBack = 4096;
+  // Wakes the waiters asleep in wait() (no system call when there are none).
+  void wake();
 
   // Waits until done or the deadline. kInProgress if not done in time, else the op's status.
   static Status wait(HandleState& state, Deadline deadline);
@@ -59,11 +71,20 @@ class HandleTable {
 
  private:
   void retire(Handle handle);  // a handle whose callback ran
+  Status sleepUntilDone(HandleState& state, Deadline deadline);
 
   std::mutex mu_;
   Handle next_ = 1;
   std::deque<Handle> called_back_;  // oldest first
   std::unordered_map<Handle, std::shared_ptr<HandleState>> handles_;
+
+  // The sleepers of wait(): they count themselves in sleepers_ (under sleep_mu_) before
+  // they check `done` a last time, and complete() sets `done` before it reads sleepers_
+  // (both sequentially consistent), so that either the sleeper sees its handle done or
+  // the completer sees the sleeper and notifies under sleep_mu_.
+  std::mutex sleep_mu_;
+  std::condition_variable sleep_cv_;
+  std::atomic<int> sleepers_{0};
 };
 
 }  // namespace tutti

@@ -25,14 +25,17 @@ Negotiator::Negotiator(int set_id, int rank, int size, int64_t cache_capacity)
 
 template <typename Drop>
 void Negotiator::dropHits(std::vector<Request>& out, Drop drop) {
-  std::vector<CacheHit> kept;
+  // In place, order kept: no allocation when nothing is dropped.
+  size_t kept = 0;
   for (auto& hit : hits_) {
-    if (drop(hit))
+    if (drop(hit)) {
       out.push_back(std::move(hit.request));
-    else
-      kept.push_back(std::move(hit));
+      continue;
+    }
+    if (&hits_[kept] != &hit) hits_[kept] = std::move(hit);
+    ++kept;
   }
-  hits_.swap(kept);
+  hits_.erase(hits_.begin() + static_cast<std::ptrdiff_t>(kept), hits_.end());
 }
 
 void Negotiator::useCache(bool on) {
@@ -49,6 +52,7 @@ void Negotiator::contribute(std::vector<Request> fresh, std::string stall, Round
   stall_ = std::move(stall);
   const auto now = Clock::now();
   dropHits(misses_, [&](const CacheHit& h) { return now - h.since > kHitPatience; });
+  hits_.reserve(hits_.size() + fresh.size());
   for (auto& q : fresh) {
     if (q.op == OpType::kJoin) joined_ = true;
     const int slot = cache_on_ ? cache_.lookup(q) : -1;
@@ -88,6 +92,7 @@ Agreement Negotiator::agree(const RoundBits& bits, size_t index, ControlPlane& c
           dropHits(misses_, [slot](const CacheHit& h) { return h.slot == slot; });
           cache_.erase(slot);
         });
+    out.responses.reserve(ready.size());
     for (int slot : ready) out.responses.push_back(cache_.response(slot));
     std::vector<Request> ignored;  // their entries run from the cached responses
     dropHits(ignored, [&](const CacheHit& h) {

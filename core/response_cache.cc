@@ -11,8 +11,9 @@ bool ResponseCache::cacheable(const Request& q) {
 
 // Only the fields the coordinator checks for this op: a field it ignores (allreduce's root)
 // may differ between ranks and must not make their caches differ.
-std::string ResponseCache::key(const Request& q) {
-  std::string k;
+void ResponseCache::key(const Request& q, std::string* out) {
+  std::string& k = *out;
+  k.clear();
   k.reserve(q.name.size() + 32 + q.shape.size() * sizeof(int64_t));
   auto put = [&k](const void* p, size_t n) { k.append(static_cast<const char*>(p), n); };
   uint8_t kinds[3] = {static_cast<uint8_t>(q.op), static_cast<uint8_t>(q.dtype),
@@ -30,12 +31,12 @@ std::string ResponseCache::key(const Request& q) {
   put(&ndim, sizeof ndim);
   if (ndim) put(q.shape.data(), ndim * sizeof(int64_t));
   k += q.name;
-  return k;
 }
 
 int ResponseCache::lookup(const Request& q) const {
   if (slots_.empty() || !cacheable(q)) return -1;
-  auto it = index_.find(key(q));
+  key(q, &scratch_);  // the steady state looks up every tensor every step: no allocation
+  auto it = index_.find(scratch_);
   return it == index_.end() ? -1 : it->second;
 }
 
@@ -54,7 +55,8 @@ void ResponseCache::erase(int slot) {
 
 int ResponseCache::put(const Request& q, const Response& r) {
   if (slots_.empty() || !cacheable(q)) return -1;
-  std::string k = key(q);
+  std::string k;
+  key(q, &k);
   auto it = index_.find(k);
   int slot, replaced = -1;
   if (it != index_.end()) {

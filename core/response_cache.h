@@ -36,7 +36,7 @@ class ResponseCache {
   void clear();  // every slot (autotune turning the cache off)
 
  private:
-  static std::string key(const Request& q);
+  static void key(const Request& q, std::string* out);
   struct Slot {
     std::string key;
     std::string name;
@@ -47,6 +47,7 @@ class ResponseCache {
   std::unordered_map<std::string, int> index_;    // key -> slot
   std::unordered_map<std::string, int> by_name_;  // name -> slot
   uint64_t clock_ = 0;
+  mutable std::string scratch_;  // lookup()'s key, its capacity reused
 };
 
 }  // namespace tutti

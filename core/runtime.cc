@@ -110,8 +110,7 @@ std::shared_ptr<ProcessSet> Runtime::createSet(int id, std::vector<int> ranks) {
 
 Status Runtime::submit(int process_set, std::vector<TensorEntry> entries, Callback callback,
                        Handle* handle) {
-  Status stopped = stoppedStatus();
-  if (!stopped.ok()) return stopped;
+  if (stopped_once_.load()) return stoppedStatus();
   auto set = findSet(process_set);
   if (!set)
     return Status(StatusCode::kInvalidArgument,
@@ -152,8 +151,10 @@ Status Runtime::submit(int process_set, std::vector<TensorEntry> entries, Callba
   }
   // A shutdown or fatal error that raced this submission: its failAll may have missed the
   // new handle, and no round will run the entry. Fail it here (idempotent if it did not).
-  stopped = stoppedStatus();
-  if (!stopped.ok()) {
+  // The flag is set before failAll takes the table's lock: if this load misses it, the
+  // handle was in the table before failAll looked.
+  if (stopped_once_.load()) {
+    const Status stopped = stoppedStatus();
     HandleTable::fail(*state, stopped);
     handles_.release(state->id);
     return stopped;
@@ -180,13 +181,13 @@ Status Runtime::submit(int process_set, std::vector<TensorEntry> entries, Callba
 Status Runtime::poll(Handle handle, bool* done) {
   auto state = handles_.find(handle);
   if (!state) return Status(StatusCode::kInvalidArgument, "unknown handle " + std::to_string(handle));
-  std::lock_guard<std::mutex> lock(state->mu);
-  *done = state->done;
+  *done = state->done.load(std::memory_order_acquire);
   return Status::OK();
 }
 
 Status Runtime::wait(Handle handle, double timeout_seconds, Result* result) {
-  auto state = handles_.find(handle);
+  bool released = false;  // an op found done is released at once, under the same lock
+  auto state = handles_.findForWait(handle, &released);
   if (!state) return Status(StatusCode::kInvalidArgument, "unknown handle " + std::to_string(handle));
   // Without a timeout of its own a wait ends at the job's deadline. Rank 0 of the set turns a
   // tensor that waited that long into a fatal error on every rank naming the ranks that did
@@ -194,7 +195,7 @@ Status Runtime::wait(Handle handle, double timeout_seconds, Result* result) {
   const bool job_deadline = timeout_seconds < 0;
   constexpr double kVerdictGrace = 3.0;
   const double limit = job_deadline ? config_.timeout_seconds + kVerdictGrace : timeout_seconds;
-  Status status = HandleTable::wait(*state, deadlineAfter(limit));
+  Status status = released ? state->status : HandleTable::wait(*state, deadlineAfter(limit));
   if (status.code() == StatusCode::kInProgress) {
     if (!job_deadline) return status;  // the op stays queued and owned by the runtime
     // No verdict (rank 0 unreachable, say): the job cannot go on. Stop it, so that the op
@@ -208,13 +209,14 @@ Status Runtime::wait(Handle handle, double timeout_seconds, Result* result) {
     if (status.code() == StatusCode::kInProgress) status = stoppedStatus();
   }
   if (result) *result = std::move(state->result);
-  handles_.release(handle);
+  if (!released) handles_.release(handle);
   return status;
 }
 
 Status Runtime::recordStop(const Status& status) {
   std::lock_guard<std::mutex> lock(status_mu_);
   if (stopped_.ok()) stopped_ = status;
+  stopped_once_ = !stopped_.ok();
   return stopped_;
 }
 

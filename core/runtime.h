@@ -184,6 +184,7 @@ class Runtime {
 
   mutable std::mutex status_mu_;
   Status stopped_;  // sticky
+  std::atomic<bool> stopped_once_{false};  // stopped_ is set: submit's check without a lock
   std::map<std::string, Clock::time_point> stall_warned_;
   std::thread thread_;
   std::once_flag shutdown_once_;

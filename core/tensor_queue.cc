@@ -6,7 +6,7 @@ namespace tutti {
 
 Status TensorQueue::add(std::vector<TensorEntry>& entries, std::vector<std::string>* added) {
   std::lock_guard<std::mutex> lock(mu_);
-  std::set<std::string> names;  // duplicates within a group
+  std::set<std::string> names;  // duplicates within a group (empty for one tensor)
   for (auto& e : entries) {
     if (e.request.name.empty()) {
       e.request.name = std::string(opTypeName(e.request.op)) + ".noname." +
@@ -21,26 +21,45 @@ Status TensorQueue::add(std::vector<TensorEntry>& entries, std::vector<std::stri
   }
   for (auto& e : entries) {
     if (added) added->push_back(e.request.name);
-    new_.push_back(e.request);
-    entries_.emplace(e.request.name, std::move(e));
+    // The entry's node does not move until take(): new_ points at its request, and the
+    // background thread copies it out (popNew), not the submitting thread.
+    auto it = entries_.emplace(e.request.name, std::move(e)).first;
+    new_.push_back(&it->second.request);
   }
   return Status::OK();
 }
 
 std::vector<Request> TensorQueue::popNew() {
-  std::lock_guard<std::mutex> lock(mu_);
   std::vector<Request> out;
-  out.swap(new_);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (new_.empty()) return out;
+  // new_ keeps its capacity: the next burst is likely as large, and submit() then does
+  // not reallocate it as it grows.
+  out.reserve(new_.size());
+  for (const Request* q : new_) out.push_back(*q);
+  new_.clear();
   return out;
+}
+
+std::optional<TensorEntry> TensorQueue::takeLocked(const std::string& name) {
+  auto it = entries_.find(name);
+  if (it == entries_.end()) return std::nullopt;
+  std::optional<TensorEntry> e(std::move(it->second));
+  entries_.erase(it);
+  return e;
 }
 
 std::optional<TensorEntry> TensorQueue::take(const std::string& name) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = entries_.find(name);
-  if (it == entries_.end()) return std::nullopt;
-  TensorEntry e = std::move(it->second);
-  entries_.erase(it);
-  return e;
+  return takeLocked(name);
+}
+
+void TensorQueue::take(const std::vector<std::string>& names,
+                       std::vector<std::optional<TensorEntry>>* out) {
+  out->clear();
+  out->reserve(names.size());
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& name : names) out->push_back(takeLocked(name));
 }
 
 std::optional<Request> TensorQueue::peek(const std::string& name) const {

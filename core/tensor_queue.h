@@ -33,15 +33,21 @@ class TensorQueue {
   // Requests added since the last call, in submission order.
   std::vector<Request> popNew();
   std::optional<TensorEntry> take(const std::string& name);
+  // take() for each name, in order, under one lock (a fused batch), into *out (cleared).
+  void take(const std::vector<std::string>& names, std::vector<std::optional<TensorEntry>>* out);
   std::optional<Request> peek(const std::string& name) const;
   size_t inFlight() const;
   // Removes every entry; their handles are the caller's to complete.
   std::vector<TensorEntry> takeAll();
 
  private:
+  std::optional<TensorEntry> takeLocked(const std::string& name);  // under mu_
+
   mutable std::mutex mu_;
   std::unordered_map<std::string, TensorEntry> entries_;
-  std::vector<Request> new_;
+  // The requests of entries_ added since popNew, in submission order (an entry is taken
+  // only after its request was popped and agreed on, so these never dangle).
+  std::vector<const Request*> new_;
   std::map<int, int64_t> noname_counters_;  // per OpType
 };
 
