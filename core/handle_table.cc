@@ -6,14 +6,28 @@
 namespace tutti {
 
 std::shared_ptr<HandleState> HandleTable::create(int parts, Callback callback) {
-  auto state = std::make_shared<HandleState>();
+  auto state = std::allocate_shared<HandleState>(PoolAllocator<HandleState>(pool_));
   state->remaining = parts;
   state->callback = std::move(callback);
   state->owner = this;
   std::lock_guard<std::mutex> lock(mu_);
   state->id = next_++;
-  handles_.emplace(state->id, state);
+  if (spare_nodes_.empty()) {
+    handles_.emplace(state->id, state);
+  } else {
+    Map::node_type node = std::move(spare_nodes_.back());
+    spare_nodes_.pop_back();
+    node.key() = state->id;
+    node.mapped() = state;
+    handles_.insert(std::move(node));
+  }
   return state;
+}
+
+void HandleTable::erase(Map::iterator it) {
+  Map::node_type node = handles_.extract(it);
+  node.mapped().reset();
+  if (spare_nodes_.size() < kPooled) spare_nodes_.push_back(std::move(node));
 }
 
 std::shared_ptr<HandleState> HandleTable::find(Handle handle) {
@@ -29,7 +43,7 @@ std::shared_ptr<HandleState> HandleTable::findForWait(Handle handle, bool* relea
   if (it == handles_.end()) return nullptr;
   std::shared_ptr<HandleState> state = std::move(it->second);
   if (state->done.load(std::memory_order_acquire)) {
-    handles_.erase(it);
+    erase(it);
     *released = true;
   } else {
     it->second = state;
@@ -39,7 +53,8 @@ std::shared_ptr<HandleState> HandleTable::findForWait(Handle handle, bool* relea
 
 void HandleTable::release(Handle handle) {
   std::lock_guard<std::mutex> lock(mu_);
-  handles_.erase(handle);
+  auto it = handles_.find(handle);
+  if (it != handles_.end()) erase(it);
 }
 
 void HandleTable::complete(HandleState& state, const Status& status, bool wake) {
@@ -71,7 +86,8 @@ void HandleTable::retire(Handle handle) {
   std::lock_guard<std::mutex> lock(mu_);
   called_back_.push_back(handle);
   while (called_back_.size() > kKeepCalledBack) {
-    handles_.erase(called_back_.front());
+    auto it = handles_.find(called_back_.front());
+    if (it != handles_.end()) erase(it);
     called_back_.pop_front();
   }
 }

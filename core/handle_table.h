@@ -9,6 +9,7 @@
 #pragma once
 
 #include "base/common.h"
+#include "core/block_pool.h"
 
 #include <atomic>
 #include <condition_variable>
@@ -76,7 +77,14 @@ class HandleTable {
   std::mutex mu_;
   Handle next_ = 1;
   std::deque<Handle> called_back_;  // oldest first
-  std::unordered_map<Handle, std::shared_ptr<HandleState>> handles_;
+  using Map = std::unordered_map<Handle, std::shared_ptr<HandleState>>;
+  Map handles_;
+  // Pooled: the handles' memory and the map's nodes of released handles are reused by the
+  // next ones (kPooled of each at most).
+  static constexpr size_t kPooled = 4096;
+  std::shared_ptr<BlockPool> pool_ = std::make_shared<BlockPool>(kPooled);
+  std::vector<Map::node_type> spare_nodes_;  // under mu_
+  void erase(Map::iterator it);             // under mu_: keeps the node
 
   // The sleepers of wait(): they count themselves in sleepers_ (under sleep_mu_) before
   // they check `done` a last time, and complete() sets `done` before it reads sleepers_

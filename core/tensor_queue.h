@@ -44,7 +44,12 @@ class TensorQueue {
   std::optional<TensorEntry> takeLocked(const std::string& name);  // under mu_
 
   mutable std::mutex mu_;
-  std::unordered_map<std::string, TensorEntry> entries_;
+  using Map = std::unordered_map<std::string, TensorEntry>;
+  Map entries_;
+  // Pooled: the nodes of taken entries (and their name's storage) are reused by the next
+  // ones added (kSpareNodes at most).
+  static constexpr size_t kSpareNodes = 4096;
+  std::vector<Map::node_type> spare_nodes_;
   // The requests of entries_ added since popNew, in submission order (an entry is taken
   // only after its request was popped and agreed on, so these never dangle).
   std::vector<const Request*> new_;

@@ -168,3 +168,28 @@ TEST_CASE("the queue takes a batch by name in order, and hands out each request 
   CHECK(queue.takeAll().size() == 1);
   CHECK(queue.popNew().empty());
 }
+
+TEST_CASE("the block pool recycles freed blocks of each size, keeps a bounded number, and outlives its users") {
+  auto pool = std::make_shared<BlockPool>(2);
+  void* a = pool->get(64);
+  void* b = pool->get(64);
+  void* c = pool->get(64);
+  pool->put(a, 64);
+  pool->put(b, 64);
+  pool->put(c, 64);  // beyond `keep`: freed
+  void* d = pool->get(64);
+  void* e = pool->get(64);
+  CHECK(((d == a && e == b) || (d == b && e == a)));
+  void* big = pool->get(BlockPool::kMaxBlock + 1);  // never pooled
+  pool->put(big, BlockPool::kMaxBlock + 1);
+  pool->put(d, 64);
+  pool->put(e, 64);
+  // A handle allocated from the pool keeps it alive after the pool's owner let go.
+  std::shared_ptr<HandleState> state =
+      std::allocate_shared<HandleState>(PoolAllocator<HandleState>(pool));
+  std::weak_ptr<BlockPool> weak = pool;
+  pool.reset();
+  CHECK(!weak.expired());
+  state.reset();
+  CHECK(weak.expired());
+}

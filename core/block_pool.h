@@ -1,0 +1,81 @@
+// Recycled memory for the per-op objects of the submit path (handles): a block freed goes
+// back to its pool and the next op takes it, so a training loop's steady state makes no
+// heap allocation for them. Thread-safe. PoolAllocator holds the pool by shared_ptr, so
+// the pool lives as long as any block allocated from it (a handle may outlive its table).
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <vector>
+
+namespace tutti {
+
+class BlockPool {
+ public:
+  // Keeps up to `keep` free blocks of each of a few sizes (up to kMaxBlock bytes).
+  explicit BlockPool(size_t keep) : keep_(keep) {}
+  ~BlockPool() {
+    for (auto& c : classes_)
+      for (void* p : c.free) ::operator delete(p);
+  }
+  BlockPool(const BlockPool&) = delete;
+  BlockPool& operator=(const BlockPool&) = delete;
+
+  void* get(size_t bytes) {
+    if (bytes <= kMaxBlock) {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (auto& c : classes_)
+        if (c.bytes == bytes && !c.free.empty()) {
+          void* p = c.free.back();
+          c.free.pop_back();
+          return p;
+        }
+    }
+    return ::operator new(bytes);
+  }
+  void put(void* p, size_t bytes) {
+    if (bytes <= kMaxBlock) {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (auto& c : classes_) {
+        if (c.bytes == 0) c.bytes = bytes;  // a size not seen before takes a free class
+        if (c.bytes != bytes) continue;
+        if (c.free.size() >= keep_) break;
+        c.free.push_back(p);
+        return;
+      }
+    }
+    ::operator delete(p);
+  }
+
+  static constexpr size_t kMaxBlock = 1024;
+
+ private:
+  struct SizeClass {
+    size_t bytes = 0;  // 0: unused
+    std::vector<void*> free;
+  };
+  std::mutex mu_;
+  size_t keep_;
+  std::array<SizeClass, 4> classes_;
+};
+
+template <typename T>
+struct PoolAllocator {
+  using value_type = T;
+  std::shared_ptr<BlockPool> pool;
+
+  explicit PoolAllocator(std::shared_ptr<BlockPool> p) : pool(std::move(p)) {}
+  template <typename U>
+  PoolAllocator(const PoolAllocator<U>& other) : pool(other.pool) {}
+  T* allocate(size_t n) { return static_cast<T*>(pool->get(n * sizeof(T))); }
+  void deallocate(T* p, size_t n) { pool->put(p, n * sizeof(T)); }
+  template <typename U>
+  bool operator==(const PoolAllocator<U>& other) const { return pool == other.pool; }
+  template <typename U>
+  bool operator!=(const PoolAllocator<U>& other) const { return pool != other.pool; }
+};
+
+}  // namespace tutti
