@@ -8,6 +8,7 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <fstream>
 #include <sstream>
 
@@ -179,11 +180,15 @@ TEST_CASE("timeline paths: a directory gives every rank a file, a file path rank
 TEST_CASE("a job's timeline shows every phase of each op on every rank, started and stopped at run time") {
   const std::string dir = "/tmp/tutti_unit_timeline_" + std::to_string(getpid()) + "/";
   Failures failures;
+  std::atomic<int> started{0};
   runRanks(2, [&](RankContext& c) {
     std::vector<float> x(3, 1.0f), y(5, 2.0f);
     c.expectOk(test::runOne(c.rt, test::makeTestEntry(OpType::kAllreduce, "before", {3}, DataType::kFloat32, x.data(), x.data())), "before");
     c.expectOk(c.rt.startTimeline(dir, true), "start");
     c.expectOk(c.rt.startTimeline(dir, true), "start again (kept)");
+    // Both timelines run before either rank submits: rank 0 must see rank 1's requests.
+    ++started;
+    for (int k = 0; k < 10000 && started.load() < 2; ++k) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     c.expectOk(test::runOne(c.rt, test::makeTestEntry(OpType::kAllreduce, "one", {3}, DataType::kFloat32, x.data(), x.data())), "one");
     std::vector<TensorEntry> group;
     group.push_back(test::makeTestEntry(OpType::kAllreduce, "g.a", {3}, DataType::kFloat32, x.data(), x.data()));
