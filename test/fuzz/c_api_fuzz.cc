@@ -62,6 +62,7 @@ class Fuzzer {
       for (int i = 0; i < batch; ++i, ++done) submitOne(i);
       finishBatch();
       last_name_ = batch_name_;
+      last_name_used_ = false;
     }
   }
 
@@ -96,7 +97,14 @@ class Fuzzer {
       case 0: return "";                                 // auto-named
       case 1: return std::string(100 * 1024, 'h');       // refused, shortened in the message
       case 2: return std::string(5000, 'l');             // over the 4096-byte limit
-      case 3: return last_name_.empty() ? "again" : last_name_;  // a name used before
+      case 3:  // a name the last batch used (done by now), at most once per batch: a second
+               // use would find the first in flight or not depending on timing, unlike
+               // the other ranks
+        if (!last_name_.empty() && !last_name_used_) {
+          last_name_used_ = true;
+          return last_name_;
+        }
+        [[fallthrough]];
       default: return "f." + std::to_string(serial_) + "." + std::to_string(op_index);
     }
   }
@@ -347,6 +355,7 @@ class Fuzzer {
   std::vector<int64_t> splits_[kBatch];
   std::vector<Pending> pending_;
   std::string last_name_, batch_name_;
+  bool last_name_used_ = false;
   int64_t serial_ = 0;
   int accepted_ = 0, refused_ = 0;
 };
