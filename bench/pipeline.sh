@@ -27,7 +27,7 @@ rm -f "$OUT"/*.json
 
 launch() {  # launcher ranks pipeline -> the command line prefix
   case "$1" in
-    mpirun) echo "mpirun -np $2 --oversubscribe --bind-to none -x TUTTI_PIPELINE=$3 -x PYTHONPATH" ;;
+    mpirun) echo "mpirun -np $2 --oversubscribe --bind-to none --mca btl self,vader -x TUTTI_PIPELINE=$3 -x PYTHONPATH" ;;
     tuttirun) echo "env TUTTI_PIPELINE=$3 $TUTTIRUN -np $2 --gloo" ;;
   esac
 }

@@ -82,11 +82,15 @@ const std::vector<ConfigVar>& configTable() {
        [](const std::string& v, Config& c) {
          c.cycle_time_ms = parseDouble("TUTTI_CYCLE_TIME_MS", v, 0, 10000);
        }},
-      {"TUTTI_PIPELINE", "bool", "1", "0, 1",
+      {"TUTTI_PIPELINE", "enum", "auto", "auto, 0, 1",
        "Pipelined rounds: an executor thread runs each round's collectives while the "
        "background thread negotiates the next round; 0: the background thread does both in "
-       "turn. Local to each rank.",
-       [](const std::string& v, Config& c) { c.pipeline = parseBool("TUTTI_PIPELINE", v); }},
+       "turn. auto: on where the host has at least 3 cores per rank on it (the caller's, "
+       "the background and the executor thread), else off (measured slower on 2 cores, "
+       "docs/PERFORMANCE.md). Local to each rank.",
+       [](const std::string& v, Config& c) {
+         c.pipeline = parseChoice("TUTTI_PIPELINE", v, {"auto", "0", "1"});
+       }},
       {"TUTTI_CPU_OPERATIONS", "enum", "(from the launcher)", "mpi, gloo, loopback",
        "Backend for CPU tensors and negotiation. Default: mpi under mpirun, gloo under "
        "tuttirun --gloo, loopback for a single process; under srun mpi when this build has "

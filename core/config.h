@@ -26,7 +26,7 @@ struct Topology {
 // ElasticWorker and SlurmStep: backends/options.h (the backends read them).
 struct Config {
   int64_t fusion_threshold = 128ll << 20;
-  bool pipeline = true;  // TUTTI_PIPELINE: an executor thread runs the plans
+  std::string pipeline = "auto";  // TUTTI_PIPELINE: auto, 0, 1 (Runtime::pipelined())
   double cycle_time_ms = 1.0;
   std::string cpu_operations;  // "mpi", "gloo", "loopback"; empty = pick from the launcher
   double timeout_seconds = 1800.0;       // collectives and waits

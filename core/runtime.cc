@@ -44,7 +44,19 @@ Runtime::Runtime(Config config, std::unique_ptr<Transport> transport)
   Status started = startTimeline(config_.timeline_filename, config_.timeline_mark_cycles);
   if (!started.ok()) throwError(started.code(), started.message());
   logStartup();
-  if (config_.pipeline) pipeline_.start();
+  // auto: an executor thread where every rank of this host can have three cores' worth of
+  // threads (the caller's, the background and the executor thread).
+  const unsigned cores = std::thread::hardware_concurrency();
+  pipelined_ = config_.pipeline == "1" ||
+               (config_.pipeline == "auto" &&
+                cores >= 3u * static_cast<unsigned>(std::max(1, config_.topology.local_size)));
+  const LogLevel level = config_.topology.rank == 0 ? LogLevel::kInfo : LogLevel::kDebug;
+  if (logEnabled(level))
+    logLine(level, std::string("pipelined rounds ") + (pipelined_ ? "on" : "off") +
+                       " (TUTTI_PIPELINE=" + config_.pipeline + "; " + std::to_string(cores) +
+                       " cores for " + std::to_string(config_.topology.local_size) +
+                       " rank(s) on this host)");
+  if (pipelined_) pipeline_.start();
   thread_ = std::thread([this] { loop(); });
   thread_id_ = thread_.get_id();
 }
@@ -310,7 +322,7 @@ void Runtime::execute(const std::shared_ptr<ProcessSet>& set, std::vector<Respon
   // A small plan takes microseconds to run: with the executor idle there is nothing to
   // overlap it with that a thread hand-off would not cost more (a lone op's latency).
   const bool small = bytes < kInlineBytes && pipeline_.idle();
-  if (config_.pipeline && !changes_sets && !small) {
+  if (pipelined_ && !changes_sets && !small) {
     Pipeline::Batch batch;
     batch.set = set;
     batch.plan = std::move(plan);
@@ -333,7 +345,7 @@ void Runtime::execute(const std::shared_ptr<ProcessSet>& set, std::vector<Respon
 }
 
 void Runtime::drainPipeline() {
-  if (!config_.pipeline) return;
+  if (!pipelined_) return;
   // A batch's backend calls have deadlines of TUTTI_TIMEOUT_SECONDS each: one that finishes
   // nothing for longer than that (and a little) is stuck.
   Status why;

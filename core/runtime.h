@@ -154,6 +154,7 @@ class Runtime {
   Stats stats_;
   Executor executor_;
   Pipeline pipeline_;  // TUTTI_PIPELINE: runs the plans while the next round negotiates
+  bool pipelined_ = false;  // TUTTI_PIPELINE, auto decided at init
   JobClock clock_;  // measured once at init
 
   mutable std::mutex timeline_mu_;

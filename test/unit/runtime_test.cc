@@ -335,7 +335,7 @@ TEST_CASE("pipelined rounds: the next round negotiates while a plan runs; TUTTI_
       c.expectOk(c.rt.wait(ha, 10, nullptr), "wait a");
       c.expectOk(c.rt.wait(hb, 10, nullptr), "wait b");
       if (a[0] != 2.0f || a.back() != 2.0f || b[3] != 4.0f) c.fail("wrong sums: " + std::to_string(a[0]) + ", " + std::to_string(b[3]));
-    }, failures, [pipeline](Config& config) { config.pipeline = pipeline; });
+    }, failures, [pipeline](Config& config) { config.pipeline = pipeline ? "1" : "0"; });
     CHECK(failures.summary() == "0 failure(s)");
     CHECK(overlapped.load() == (pipeline ? 2 : 0));
   }
