@@ -43,19 +43,13 @@ Runtime::Runtime(Config config, std::unique_ptr<Transport> transport)
   syncClock(*createSet(0, all));
   Status started = startTimeline(config_.timeline_filename, config_.timeline_mark_cycles);
   if (!started.ok()) throwError(started.code(), started.message());
-  logStartup();
   // auto: an executor thread where every rank of this host can have three cores' worth of
   // threads (the caller's, the background and the executor thread).
-  const unsigned cores = std::thread::hardware_concurrency();
   pipelined_ = config_.pipeline == "1" ||
                (config_.pipeline == "auto" &&
-                cores >= 3u * static_cast<unsigned>(std::max(1, config_.topology.local_size)));
-  const LogLevel level = config_.topology.rank == 0 ? LogLevel::kInfo : LogLevel::kDebug;
-  if (logEnabled(level))
-    logLine(level, std::string("pipelined rounds ") + (pipelined_ ? "on" : "off") +
-                       " (TUTTI_PIPELINE=" + config_.pipeline + "; " + std::to_string(cores) +
-                       " cores for " + std::to_string(config_.topology.local_size) +
-                       " rank(s) on this host)");
+                std::thread::hardware_concurrency() >=
+                    3u * static_cast<unsigned>(std::max(1, config_.topology.local_size)));
+  logStartup();
   if (pipelined_) pipeline_.start();
   thread_ = std::thread([this] { loop(); });
   thread_id_ = thread_.get_id();
@@ -311,31 +305,29 @@ bool Runtime::busy() const {
 }
 
 void Runtime::execute(const std::shared_ptr<ProcessSet>& set, std::vector<Response> plan,
-                      const std::shared_ptr<Timeline>& tl) {
-  bool changes_sets = false;
-  int64_t tensors = 0, bytes = 0;
-  for (const auto& r : plan) {
-    changes_sets |= r.op == OpType::kAddProcessSet || r.op == OpType::kRemoveProcessSet;
-    tensors += static_cast<int64_t>(r.names.size());
-    for (int64_t c : r.counts) bytes += c * dataTypeSize(r.dtype);
-  }
+                      int64_t bytes, const std::shared_ptr<Timeline>& tl) {
+  auto changes_sets = [](const Response& r) {
+    return r.op == OpType::kAddProcessSet || r.op == OpType::kRemoveProcessSet;
+  };
   // A small plan takes microseconds to run: with the executor idle there is nothing to
   // overlap it with that a thread hand-off would not cost more (a lone op's latency).
-  const bool small = bytes < kInlineBytes && pipeline_.idle();
-  if (pipelined_ && !changes_sets && !small) {
-    Pipeline::Batch batch;
-    batch.set = set;
-    batch.plan = std::move(plan);
-    batch.timeline = tl;
-    batch.tensors = tensors;
-    pipeline_.push(std::move(batch));
-    return;
-  }
   // A set change makes or removes sets (collective setup on their channels): everything
   // planned before it runs first, and nothing runs beside it.
-  if (!small) drainPipeline();
+  if (pipelined_ && std::none_of(plan.begin(), plan.end(), changes_sets)) {
+    if (bytes >= kInlineBytes || !pipeline_.idle()) {
+      Pipeline::Batch batch;
+      for (const auto& r : plan) batch.tensors += static_cast<int64_t>(r.names.size());
+      batch.set = set;
+      batch.plan = std::move(plan);
+      batch.timeline = tl;
+      pipeline_.push(std::move(batch));
+      return;
+    }
+  } else {
+    drainPipeline();
+  }
   for (const auto& response : plan) {
-    if (response.op == OpType::kAddProcessSet || response.op == OpType::kRemoveProcessSet) {
+    if (changes_sets(response)) {
       applySetChange(response);
       if (tl) tl->endAll(set->id, response.op, response.names[0]);
     } else {

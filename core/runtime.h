@@ -120,9 +120,9 @@ class Runtime {
   void applySetChange(const Response& response);
   // Runs `plan` for `set`: on the executor thread (pipelined), or here after every batch
   // pushed before it has run (TUTTI_PIPELINE=0, or a plan that changes the set table).
-  // A plan of fewer bytes runs here when the executor thread is idle.
+  // A plan of fewer `bytes` (its responses' data) runs here when the executor thread is idle.
   void execute(const std::shared_ptr<ProcessSet>& set, std::vector<Response> plan,
-               const std::shared_ptr<Timeline>& tl);
+               int64_t bytes, const std::shared_ptr<Timeline>& tl);
   // Waits until the executor thread has run every plan pushed so far; throws its failure.
   void drainPipeline();
   // The executor thread's failure: made the sticky error; every set is aborted and the

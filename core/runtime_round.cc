@@ -72,11 +72,12 @@ bool Runtime::runRound(bool* had_work) {
     notes.negotiated += static_cast<int64_t>(agreed.responses.size() - agreed.cached);
     std::vector<Response> plan = planFusion(std::move(agreed.responses), tuned_.fusion_threshold);
     if (logEnabled(LogLevel::kDebug)) logRound(set, plan, agreed.cached);
-    for (const auto& response : plan) {
-      notes.batches += 1;
-      for (int64_t c : response.counts) notes.bytes += c * dataTypeSize(response.dtype);
-    }
-    execute(sets[i], std::move(plan), tl);
+    int64_t plan_bytes = 0;
+    for (const auto& response : plan)
+      for (int64_t c : response.counts) plan_bytes += c * dataTypeSize(response.dtype);
+    notes.batches += static_cast<int64_t>(plan.size());
+    notes.bytes += plan_bytes;
+    execute(sets[i], std::move(plan), plan_bytes, tl);
   }
   stats_.addRound(*had_work);
   if (tl && *had_work)
