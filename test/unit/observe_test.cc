@@ -180,7 +180,7 @@ TEST_CASE("timeline paths: a directory gives every rank a file, a file path rank
 TEST_CASE("a job's timeline shows every phase of each op on every rank, started and stopped at run time") {
   const std::string dir = "/tmp/tutti_unit_timeline_" + std::to_string(getpid()) + "/";
   Failures failures;
-  std::atomic<int> started{0};
+  std::atomic<int> started{0}, stopped{0};
   runRanks(2, [&](RankContext& c) {
     std::vector<float> x(3, 1.0f), y(5, 2.0f);
     c.expectOk(test::runOne(c.rt, test::makeTestEntry(OpType::kAllreduce, "before", {3}, DataType::kFloat32, x.data(), x.data())), "before");
@@ -197,6 +197,9 @@ TEST_CASE("a job's timeline shows every phase of each op on every rank, started 
     c.expectOk(c.rt.submit(0, std::move(group), nullptr, &h), "group");
     c.expectOk(c.rt.wait(h, -1, nullptr), "group wait");
     c.rt.stopTimeline();
+    // Both timelines are stopped before either rank submits: rank 0 must not see rank 1's.
+    ++stopped;
+    for (int k = 0; k < 10000 && stopped.load() < 2; ++k) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     c.expectOk(test::runOne(c.rt, test::makeTestEntry(OpType::kAllreduce, "after", {3}, DataType::kFloat32, x.data(), x.data())), "after");
   }, failures);
   CHECK(failures.summary() == "0 failure(s)");
