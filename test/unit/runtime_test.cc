@@ -108,15 +108,19 @@ TEST_CASE("a mismatch fails on every rank with the same message and the next op 
 
 TEST_CASE("a duplicate name in flight is refused on that rank only") {
   Failures failures;
-  runRanks(2, [](RankContext& c) {
+  std::atomic<bool> tried{false};
+  runRanks(2, [&tried](RankContext& c) {
     std::vector<float> a(4, 1.0f), b(4, 1.0f);
     Handle h1 = 0, h2 = 0;
     if (c.rank == 0) {
       c.expectOk(submitOne(c.rt, makeTestEntry(OpType::kAllreduce, "dup", {4}, DataType::kFloat32, a.data(), a.data()), &h1), "first");
       Status s = submitOne(c.rt, makeTestEntry(OpType::kAllreduce, "dup", {4}, DataType::kFloat32, b.data(), b.data()), &h2);
       if (s.code() != StatusCode::kDuplicateName) c.fail("expected duplicate name, got: " + s.message());
+      tried = true;
       c.expectOk(c.rt.wait(h1, 30, nullptr), "wait first");
     } else {
+      // Only after rank 0's second try: before, the first "dup" could already have run.
+      for (int k = 0; k < 10000 && !tried.load(); ++k) std::this_thread::sleep_for(std::chrono::milliseconds(1));
       c.expectOk(runOne(c.rt, makeTestEntry(OpType::kAllreduce, "dup", {4}, DataType::kFloat32, a.data(), a.data())), "other rank");
     }
     if (a[0] != 2.0f) c.fail("result " + std::to_string(a[0]));
