@@ -1,4 +1,5 @@
-// Recycled memory for the per-op objects of the submit path (handles): a block freed goes
+// Recycled memory for the per-op objects of the submit path (handles, and the map nodes of
+// handles and queue entries: SpareNodes): a block freed goes
 // back to its pool and the next op takes it, so a training loop's steady state makes no
 // heap allocation for them. Thread-safe. PoolAllocator holds the pool by shared_ptr, so
 // the pool lives as long as any block allocated from it (a handle may outlive its table).
@@ -9,6 +10,7 @@
 #include <memory>
 #include <mutex>
 #include <new>
+#include <utility>
 #include <vector>
 
 namespace tutti {
@@ -60,6 +62,36 @@ class BlockPool {
   std::mutex mu_;
   size_t keep_;
   std::array<SizeClass, 4> classes_;
+};
+
+// The nodes of entries taken out of an unordered map (`keep` at most), reused by the next
+// insertions: no allocation for the node, and a string key keeps its storage. Not
+// thread-safe: used under its map's lock.
+template <typename Map>
+class SpareNodes {
+ public:
+  explicit SpareNodes(size_t keep) : keep_(keep) {}
+
+  template <typename Key, typename Value>
+  typename Map::iterator insert(Map& map, Key&& key, Value&& value) {
+    if (spare_.empty()) return map.emplace(std::forward<Key>(key), std::forward<Value>(value)).first;
+    typename Map::node_type node = std::move(spare_.back());
+    spare_.pop_back();
+    node.key() = std::forward<Key>(key);
+    node.mapped() = std::forward<Value>(value);
+    return map.insert(std::move(node)).position;
+  }
+  // Takes the entry at `it` out of `map`: returns its value and keeps its node.
+  typename Map::mapped_type take(Map& map, typename Map::iterator it) {
+    typename Map::node_type node = map.extract(it);
+    typename Map::mapped_type value = std::move(node.mapped());
+    if (spare_.size() < keep_) spare_.push_back(std::move(node));
+    return value;
+  }
+
+ private:
+  size_t keep_;
+  std::vector<typename Map::node_type> spare_;
 };
 
 template <typename T>

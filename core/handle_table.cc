@@ -12,22 +12,8 @@ std::shared_ptr<HandleState> HandleTable::create(int parts, Callback callback) {
   state->owner = this;
   std::lock_guard<std::mutex> lock(mu_);
   state->id = next_++;
-  if (spare_nodes_.empty()) {
-    handles_.emplace(state->id, state);
-  } else {
-    Map::node_type node = std::move(spare_nodes_.back());
-    spare_nodes_.pop_back();
-    node.key() = state->id;
-    node.mapped() = state;
-    handles_.insert(std::move(node));
-  }
+  nodes_.insert(handles_, state->id, state);
   return state;
-}
-
-void HandleTable::erase(Map::iterator it) {
-  Map::node_type node = handles_.extract(it);
-  node.mapped().reset();
-  if (spare_nodes_.size() < kPooled) spare_nodes_.push_back(std::move(node));
 }
 
 std::shared_ptr<HandleState> HandleTable::find(Handle handle) {
@@ -43,7 +29,7 @@ std::shared_ptr<HandleState> HandleTable::findForWait(Handle handle, bool* relea
   if (it == handles_.end()) return nullptr;
   std::shared_ptr<HandleState> state = std::move(it->second);
   if (state->done.load(std::memory_order_acquire)) {
-    erase(it);
+    nodes_.take(handles_, it);
     *released = true;
   } else {
     it->second = state;
@@ -54,7 +40,7 @@ std::shared_ptr<HandleState> HandleTable::findForWait(Handle handle, bool* relea
 void HandleTable::release(Handle handle) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = handles_.find(handle);
-  if (it != handles_.end()) erase(it);
+  if (it != handles_.end()) nodes_.take(handles_, it);
 }
 
 void HandleTable::complete(HandleState& state, const Status& status, bool wake) {
@@ -87,7 +73,7 @@ void HandleTable::retire(Handle handle) {
   called_back_.push_back(handle);
   while (called_back_.size() > kKeepCalledBack) {
     auto it = handles_.find(called_back_.front());
-    if (it != handles_.end()) erase(it);
+    if (it != handles_.end()) nodes_.take(handles_, it);
     called_back_.pop_front();
   }
 }

@@ -83,8 +83,7 @@ class HandleTable {
   // next ones (kPooled of each at most).
   static constexpr size_t kPooled = 4096;
   std::shared_ptr<BlockPool> pool_ = std::make_shared<BlockPool>(kPooled);
-  std::vector<Map::node_type> spare_nodes_;  // under mu_
-  void erase(Map::iterator it);             // under mu_: keeps the node
+  SpareNodes<Map> nodes_{kPooled};  // under mu_: erase with nodes_.take(handles_, it)
 
   // The sleepers of wait(): they count themselves in sleepers_ (under sleep_mu_) before
   // they check `done` a last time, and complete() sets `done` before it reads sleepers_

@@ -23,16 +23,7 @@ Status TensorQueue::add(std::vector<TensorEntry>& entries, std::vector<std::stri
     if (added) added->push_back(e.request.name);
     // The entry's node does not move until take(): new_ points at its request, and the
     // background thread copies it out (popNew), not the submitting thread.
-    Map::iterator it;
-    if (spare_nodes_.empty()) {
-      it = entries_.emplace(e.request.name, std::move(e)).first;
-    } else {
-      Map::node_type node = std::move(spare_nodes_.back());
-      spare_nodes_.pop_back();
-      node.key() = e.request.name;  // reuses the key's storage
-      node.mapped() = std::move(e);
-      it = entries_.insert(std::move(node)).position;
-    }
+    auto it = nodes_.insert(entries_, e.request.name, std::move(e));
     new_.push_back(&it->second.request);
   }
   return Status::OK();
@@ -53,10 +44,7 @@ std::vector<Request> TensorQueue::popNew() {
 std::optional<TensorEntry> TensorQueue::takeLocked(const std::string& name) {
   auto it = entries_.find(name);
   if (it == entries_.end()) return std::nullopt;
-  Map::node_type node = entries_.extract(it);
-  std::optional<TensorEntry> e(std::move(node.mapped()));
-  if (spare_nodes_.size() < kSpareNodes) spare_nodes_.push_back(std::move(node));
-  return e;
+  return nodes_.take(entries_, it);
 }
 
 std::optional<TensorEntry> TensorQueue::take(const std::string& name) {

@@ -3,6 +3,7 @@
 // to execute them.
 #pragma once
 
+#include "core/block_pool.h"
 #include "core/handle_table.h"
 #include "core/message.h"
 
@@ -49,7 +50,7 @@ class TensorQueue {
   // Pooled: the nodes of taken entries (and their name's storage) are reused by the next
   // ones added (kSpareNodes at most).
   static constexpr size_t kSpareNodes = 4096;
-  std::vector<Map::node_type> spare_nodes_;
+  SpareNodes<Map> nodes_{kSpareNodes};
   // The requests of entries_ added since popNew, in submission order (an entry is taken
   // only after its request was popped and agreed on, so these never dangle).
   std::vector<const Request*> new_;
