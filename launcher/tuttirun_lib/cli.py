@@ -9,6 +9,8 @@ import sys
 
 from . import hosts as hostlib
 from .compat import add_horovodrun_flags
+from .elastic import ElasticError, discover, run_elastic
+from .environment import forwarded_environment, local_environment, remote_environment
 from .mpi import MpiOptions, mpirun_command, run_mpirun
 from .rendezvous import RendezvousServer
 from .spawn import SECRET_ENV, Job, OutputForwarder, remote_command
@@ -235,21 +237,6 @@ def settings_env(args):
     return env
 
 
-# Variables that describe this host, this shell or an outer job, not the training job: they
-# stay behind when the environment follows the ranks to other hosts.
-HOST_SPECIFIC = {"HOSTNAME", "HOST", "SHLVL", "PWD", "OLDPWD", "_", "DISPLAY", "XAUTHORITY",
-                 "TERM", "TERMCAP", "TMUX", "TMUX_PANE", "STY", "WINDOW", "MAIL", "LOGNAME",
-                 "USER", "HOME", "SHELL", "TUTTI_SECRET_FILE", SECRET_ENV}
-HOST_SPECIFIC_PREFIXES = ("SSH_", "BASH_FUNC_", "OMPI_", "PMIX_", "SLURM_", "XDG_")
-
-
-def forwarded_environment():
-    """This environment as remote ranks get it, like horovodrun's: everything but what
-    belongs to this host or shell (HOST_SPECIFIC). -x still adds or overrides."""
-    return {name: value for name, value in os.environ.items()
-            if name not in HOST_SPECIFIC and not name.startswith(HOST_SPECIFIC_PREFIXES)}
-
-
 def run_mpi(args, host_list, env):
     env = dict(env, TUTTI_CPU_OPERATIONS="mpi")
     remote = bool(host_list) and not all(hostlib.is_local(h) for h, _ in host_list)
@@ -299,15 +286,10 @@ def run_gloo(args, host_list, env):
                     s.rank, s.host, " ".join(shlex.quote(a) for a in args.command)),
                     file=sys.stderr, flush=True)
             if local[s.host]:
-                full = dict(os.environ)
-                full.pop("TUTTI_SECRET_FILE", None)
-                full.update(worker_env)
-                full[SECRET_ENV] = secret
-                job.start_local(s, args.command, full)
+                job.start_local(s, args.command, local_environment(worker_env, secret))
             else:
-                for name, value in forwarded_environment().items():
-                    worker_env.setdefault(name, value)
-                argv, stdin = remote_command(s.host, args.command, worker_env, os.getcwd(),
+                argv, stdin = remote_command(s.host, args.command,
+                                             remote_environment(worker_env), os.getcwd(),
                                              secret, args.ssh_port, args.ssh_identity_file,
                                              args.start_timeout or 30)
                 job.start_remote(s, argv, stdin)
@@ -333,7 +315,6 @@ def is_elastic(args):
 
 
 def run_gloo_elastic(args, host_list, env):
-    from .elastic import ElasticError, discover, run_elastic
     if args.mpi:
         fail("elastic jobs run over gloo; drop --mpi")
     try:

@@ -26,7 +26,8 @@ import sys
 import time
 
 from . import hosts as hostlib
-from .spawn import SECRET_ENV, Job, remote_command
+from .environment import local_environment, remote_environment
+from .spawn import Job, remote_command
 
 POLL_SECONDS = 0.05
 
@@ -161,17 +162,10 @@ class Driver:
         if host not in self.local:
             self.local[host] = hostlib.is_local(host)
         if self.local[host]:
-            full = dict(os.environ)
-            full.pop("TUTTI_SECRET_FILE", None)
-            full.update(env)
-            full[SECRET_ENV] = self.secret
-            self.job.start_local(slot, self.command, full)
+            self.job.start_local(slot, self.command, local_environment(env, self.secret))
         else:
-            from .cli import forwarded_environment
-            for name, value in forwarded_environment().items():
-                env.setdefault(name, value)
-            argv, stdin = remote_command(host, self.command, env, os.getcwd(), self.secret,
-                                         *self.spawn_options)
+            argv, stdin = remote_command(host, self.command, remote_environment(env),
+                                         os.getcwd(), self.secret, *self.spawn_options)
             self.job.start_remote(slot, argv, stdin)
         w = self.job.workers[-1]
         w.stopping = False
