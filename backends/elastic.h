@@ -8,8 +8,14 @@
 //     place in generation g (it is being stopped). Written for every worker alive when g is
 //     published.
 //  2. then "elastic/published" (an ADD counter, i64) = g + 1.
+//  3. A worker that took its seat in g sets "elastic/joined/<worker>" = "<g>": when a worker
+//     exits 0, the launcher reads the generation it finished in, and stops the workers that
+//     have not joined that one (replacements that can no longer finish).
 //  A worker started for generation g (TUTTI_ELASTIC_GENERATION) first joins g or a later
 //  one; a worker that ran in g joins only a later one.
+//  From its first init on, a worker asks the server every second whether it is still there:
+//  a server that has ended (tuttirun died without stopping the worker) stops the worker
+//  (docs/elastic.md, "When tuttirun dies").
 #pragma once
 
 #include "backends/options.h"
@@ -23,6 +29,10 @@ bool elasticJob();
 
 // The generation this process joined last, -1 before its first init (or not elastic).
 int64_t elasticGeneration();
+
+// Whether this worker found its launcher's rendezvous server gone (tuttirun died): no failure
+// is recoverable from then on (isRecoverable), as no launcher publishes a next world.
+bool elasticLauncherGone();
 
 // Whether the launcher has published a generation newer than the one this process joined
 // (hosts were added or removed, or a worker failed). Asks the rendezvous server; throws

@@ -9,6 +9,8 @@ bool elasticJob() { return false; }
 
 int64_t elasticGeneration() { return -1; }
 
+bool elasticLauncherGone() { return false; }
+
 bool elasticHostsUpdated(const BackendOptions&) {
   throwError(StatusCode::kUnsupported,
              "elastic jobs need the gloo transport, which this build of Tutti lacks");

@@ -10,7 +10,7 @@
 namespace tutti {
 
 bool isRecoverable(const Status& status) {
-  if (!elasticJob()) return false;
+  if (!elasticJob() || elasticLauncherGone()) return false;
   switch (status.code()) {
     case StatusCode::kAborted:
     case StatusCode::kBackend:

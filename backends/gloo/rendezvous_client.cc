@@ -91,6 +91,17 @@ RendezvousClient::~RendezvousClient() { closeLocked(); }
 
 std::string RendezvousClient::endpoint() const { return host_ + ":" + std::to_string(port_); }
 
+void RendezvousClient::setServerListensFirst() { listens_first_ = true; }
+
+bool RendezvousClient::serverGone() const { return gone_.load(); }
+
+std::unique_ptr<RendezvousClient> RendezvousClient::another() const {
+  auto client = std::make_unique<RendezvousClient>(
+      host_, port_, secret_, static_cast<double>(timeout_.count()) / 1000.0, rank_);
+  if (listens_first_) client->setServerListensFirst();
+  return client;
+}
+
 void RendezvousClient::closeLocked() {
   if (fd_ >= 0) ::close(fd_);
   fd_ = -1;
@@ -108,9 +119,13 @@ bool RendezvousClient::tryConnectLocked(TimePoint deadline, std::string& why) {
     why = std::string("getaddrinfo: ") + gai_strerror(rc);
     return false;
   }
+  bool refused = list != nullptr;  // by every address
   for (addrinfo* ai = list; ai && fd_ < 0; ai = ai->ai_next) {
     int fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
-    if (fd < 0) continue;
+    if (fd < 0) {
+      refused = false;
+      continue;
+    }
     ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
     int crc = ::connect(fd, ai->ai_addr, ai->ai_addrlen);
     if (crc != 0 && errno == EINPROGRESS) {
@@ -127,11 +142,19 @@ bool RendezvousClient::tryConnectLocked(TimePoint deadline, std::string& why) {
     if (crc == 0) {
       fd_ = fd;
     } else {
+      refused = refused && errno == ECONNREFUSED;
       why = std::strerror(errno);
       ::close(fd);
     }
   }
   ::freeaddrinfo(list);
+  if (fd_ < 0 && refused && listens_first_) {
+    gone_ = true;
+    throwError(StatusCode::kAborted,
+               "gloo rendezvous: rank " + std::to_string(rank_) + ": the server at " +
+                   endpoint() + " refused the connection: it has ended (it listens before "
+                   "any of its clients starts)");
+  }
   if (fd_ < 0) return false;
 
   // Steps 1-3: hello, proof of the secret, the server's answer.

@@ -32,8 +32,10 @@
 
 #include <gloo/rendezvous/store.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -64,6 +66,15 @@ class RendezvousClient : public gloo::rendezvous::Store {
   int64_t add(const std::string& key, int64_t delta);
 
   std::string endpoint() const;  // "host:port"
+
+  // For a server that listens before any of its clients starts (tuttirun's): a refused
+  // connection then means that it has ended, and throws Error(kAborted) at once (and
+  // serverGone() turns true) instead of being retried until the start deadline.
+  void setServerListensFirst();
+  bool serverGone() const;
+  // Another client of the same server (its own connection), with the same secret, deadline,
+  // rank and mode.
+  std::unique_ptr<RendezvousClient> another() const;
 
  private:
   enum Op : uint8_t { kSet = 1, kGet = 2, kWait = 3, kAdd = 4 };
@@ -97,6 +108,8 @@ class RendezvousClient : public gloo::rendezvous::Store {
   int fd_ = -1;
   std::string nonce_;
   uint64_t seq_ = 0;
+  std::atomic<bool> listens_first_{false};
+  std::atomic<bool> gone_{false};
 };
 
 }  // namespace detail

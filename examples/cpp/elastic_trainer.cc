@@ -9,6 +9,9 @@
 //   tuttirun -np 4 --min-np 2 ./elastic_trainer --steps 200
 //   ./elastic_trainer --die-at 50   (the rank 1 of the first world exits at step 50, as a crash)
 //   ./elastic_trainer --step-ms 20  (each step takes at least 20 ms, as a real one would)
+//   ./elastic_trainer --fail-at-end 3 --linger-ms 2000  (the rank 1 of the first world exits
+//       with 3 once training is done, as a crash in its clean-up; every other rank waits
+//       2 s before it exits, as writing a checkpoint would)
 //
 // Exit status: 0 when training finished and the replicas agree, 1 otherwise.
 #include <tutti/tutti.hpp>
@@ -107,11 +110,13 @@ void fail(const tutti::Status& s, const char* what) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int steps = 200, commit_every = 10, die_at = -1, step_ms = 0;
+  int steps = 200, commit_every = 10, die_at = -1, step_ms = 0, fail_at_end = 0, linger_ms = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--steps")) steps = std::atoi(argv[i + 1]);
     if (!std::strcmp(argv[i], "--die-at")) die_at = std::atoi(argv[i + 1]);
     if (!std::strcmp(argv[i], "--step-ms")) step_ms = std::atoi(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--fail-at-end")) fail_at_end = std::atoi(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--linger-ms")) linger_ms = std::atoi(argv[i + 1]);
   }
   tutti::Status s = tutti::init();
   if (!s.ok()) fail(s, "init");
@@ -156,6 +161,10 @@ int main(int argc, char** argv) {
   std::printf("rank %d of %d (generation %lld): step %g, |w - w*| = %.3g, replicas %s\n",
               tutti::rank(), tutti::size(), static_cast<long long>(tutti::elasticGeneration()),
               state.step, error, mine == root ? "agree" : "DIFFER");
+  const bool fails_at_end = fail_at_end != 0 && tutti::rank() == 1 &&
+                            tutti::elasticGeneration() == 0;
   tutti::shutdown();
+  if (fails_at_end) return fail_at_end;
+  if (linger_ms > 0) ::usleep(static_cast<useconds_t>(linger_ms) * 1000);
   return mine == root ? 0 : 1;
 }

@@ -215,9 +215,7 @@ class Driver:
                 continue
             if code == 0:
                 if not self.finishing:
-                    self.log("worker %s (rank %d) finished; waiting for the others" % (
-                        w.wid, self.live.index(w) if w in self.live else -1))
-                self.finishing = True
+                    self.finish(w)
                 continue
             if self.finishing:
                 self.result = self.result or w.exit_status()
@@ -234,6 +232,30 @@ class Driver:
                         self.stop_worker(other)
         if not self.finishing:
             self.live = [w for w in self.live if w.returncode is None]
+
+    def joined(self, w):
+        """The generation `w` took its seat in last (its init says so), None before."""
+        value = self.server.peek(("elastic/joined/%s" % w.wid).encode())
+        try:
+            return int(value) if value is not None else None
+        except ValueError:
+            return None
+
+    def finish(self, w):
+        """`w` exited 0: training is over, in the generation `w` ran in last. Its other
+        workers finish too; workers not in that generation (a replacement started for a
+        newer one, which can never be complete now) are stopped, and do not count."""
+        self.finishing = True
+        done = self.joined(w)
+        self.log("worker %s finished%s; waiting for the others" % (
+            w.wid, "" if done is None else " in generation %d" % done))
+        if done is None:
+            return
+        for other in self.job.workers:
+            if other.returncode is None and not other.stopping and self.joined(other) != done:
+                self.log("worker %s is not in generation %d, where the job finished: "
+                         "stopping it" % (other.wid, done))
+                self.stop_worker(other)
 
     def step(self, now):
         """Starts workers on free slots; publishes a generation when the world changed, or

@@ -157,6 +157,11 @@ class RendezvousServer:
         """SET from the launcher itself (the elastic driver publishes generations so)."""
         self._execute(OP_SET, key, value, 0)
 
+    def peek(self, key):
+        """The value of `key` now, or None: the launcher's own read, which never waits."""
+        with self._cond:
+            return self._store.get(key)
+
     def add(self, key, delta):
         """ADD from the launcher itself; returns the new value."""
         return struct.unpack("<q", self._execute(OP_ADD, key, struct.pack("<q", delta), 0)[1])[0]

@@ -1,17 +1,25 @@
 """tuttirun's elastic driver (docs/elastic.md): discovery output, blacklist cool-downs, flag
-checks, and the C++ elastic example (examples/cpp/elastic_trainer.cc) surviving a killed
-worker. The PyTorch jobs are in test/python/test_torch_elastic.py."""
+checks, and the C++ elastic example (examples/cpp/elastic_trainer.cc) in each way a job
+ends: finished after a killed worker, finished while a replacement was starting, the reset
+limit, and tuttirun killed by SIGKILL (mid-training and while the workers wait for a world).
+The PyTorch jobs are in test/python/test_torch_elastic.py."""
+import ctypes
 import os
+import select
+import signal
+import subprocess
 import sys
 import tempfile
+import time
 import unittest
+import uuid
 
-from launcher_test_util import run
+from launcher_test_util import PYTHON, TUTTIRUN, run
 from tuttirun_lib import elastic
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "integration"))
-from exit_jobs import Job  # noqa: E402
+from exit_jobs import Job, job_processes  # noqa: E402
 
 TRAINER = os.environ.get("ELASTIC_TRAINER", "")
 
@@ -64,6 +72,7 @@ class ElasticDriverTest(unittest.TestCase):
                   tuttirun_args=["--min-np", "2", "--blacklist-cooldown-range", "60", "60"])
         self.assertEqual(job.left, [], job.what)
         self.assertEqual(job.rc, 0, job.what)
+        self.assertLess(job.wall, 40, job.what)
         self.assertIn("killed by signal 9", job.output, job.what)
         self.assertIn("generation 1: 2 worker(s)", job.output, job.what)
         self.assertEqual(job.output.count("of 2 (generation 1): step 120"), 2, job.what)
@@ -75,8 +84,105 @@ class ElasticDriverTest(unittest.TestCase):
                   tuttirun_args=["--min-np", "2", "--reset-limit", "0"])
         self.assertEqual(job.left, [], job.what)
         self.assertEqual(job.rc, 1, job.what)
+        self.assertLess(job.wall, 40, job.what)
         self.assertIn("reset limit reached: 0 generation(s) after the first (--reset-limit 0)",
                       job.output, job.what)
+
+    @unittest.skipUnless(TRAINER, "ELASTIC_TRAINER (the C++ example) not built")
+    def test_finished_job_stops_a_replacement_still_starting(self):
+        """Rank 1 exits 3 right after training; the launcher starts a replacement on the
+        other host's free slot and publishes generation 1, but rank 0 finishes (in
+        generation 0) instead of joining it: the job is done, the replacement is stopped
+        (it would wait TUTTI_START_TIMEOUT_SECONDS for rank 0 and fail the job)."""
+        job = Job("gloo", 2, [TRAINER, "--steps", "40", "--fail-at-end", "3",
+                              "--linger-ms", "2000"], limit=60,
+                  tuttirun_args=["-H", "localhost:2,127.0.0.1:1", "--min-np", "1",
+                                 "--max-np", "2"])
+        self.assertEqual(job.left, [], job.what)
+        self.assertIn("generation 1: 2 worker(s) (w0 rank 0 on localhost, w2 rank 1 on "
+                      "127.0.0.1)", job.output, job.what)
+        self.assertIn("worker w0 finished in generation 0", job.output, job.what)
+        self.assertIn("worker w2 is not in generation 0, where the job finished: stopping it",
+                      job.output, job.what)
+        self.assertEqual(job.rc, 0, job.what)
+        self.assertLess(job.wall, 20, job.what)
+
+
+def _set_subreaper(on):
+    """Orphans of this process's descendants (workers of a dead tuttirun) become its
+    children, so that their exit statuses can be read."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(36, 1 if on else 0, 0, 0, 0) != 0:  # PR_SET_CHILD_SUBREAPER
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER)")
+
+
+class LauncherKilledTest(unittest.TestCase):
+    """tuttirun dies by SIGKILL (nothing of it can stop its workers): each worker finds its
+    launcher's server gone and stops itself, with a message, well within --elastic-timeout
+    20 (docs/elastic.md, "When tuttirun dies")."""
+
+    BOUND = 10.0  # seconds from tuttirun's death until no worker is left
+
+    def kill_tuttirun_when(self, trainer_args, tuttirun_args, line):
+        tmp = tempfile.mkdtemp()
+        errors = os.path.join(tmp, "workers.stderr")  # the dead tuttirun forwards nothing
+        marker = uuid.uuid4().hex
+        env = dict(os.environ, TUTTI_EXIT_TEST_JOB=marker, TUTTI_TIMEOUT_SECONDS="5")
+        command = [PYTHON, TUTTIRUN, "-np", "2", "--elastic-timeout", "20"] + tuttirun_args + [
+            "sh", "-c", 'exec "$0" "$@" 2>>%s' % errors, TRAINER] + trainer_args
+        _set_subreaper(True)
+        statuses, output, workers = {}, b"", []
+        try:
+            proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, start_new_session=True)
+            deadline = time.monotonic() + 40
+            while line.encode() not in output and time.monotonic() < deadline:
+                if select.select([proc.stdout], [], [], 0.5)[0]:
+                    chunk = os.read(proc.stdout.fileno(), 65536)
+                    if not chunk:
+                        break
+                    output += chunk
+            self.assertIn(line.encode(), output, output.decode(errors="replace"))
+            workers = [pid for pid in job_processes(marker) if pid != proc.pid]
+            self.assertEqual(len(workers), 2 if "--die-at" not in trainer_args else 1, workers)
+            time.sleep(2.0)  # under way
+            os.kill(proc.pid, signal.SIGKILL)
+            died = time.monotonic()
+            proc.wait(10)
+            proc.stdout.close()
+            while job_processes(marker) and time.monotonic() < died + 60:
+                time.sleep(0.05)
+            gone_after = time.monotonic() - died
+        finally:
+            for pid in job_processes(marker):
+                os.kill(pid, signal.SIGKILL)
+            for pid in workers:  # the orphaned workers, now this process's (zombie) children
+                try:
+                    statuses[pid] = os.waitpid(pid, 0)[1]
+                except ChildProcessError:
+                    pass
+            _set_subreaper(False)
+        with open(errors) if os.path.exists(errors) else open(os.devnull) as f:
+            text = f.read()
+        what = "gone after %.1f s, statuses %s\n%s\n%s" % (
+            gone_after, statuses, output.decode(errors="replace")[-2000:], text[-2000:])
+        self.assertLess(gone_after, self.BOUND, what)
+        for pid in workers:  # a failure: the SIGTERM of its own watch, or a failed init
+            self.assertIn(pid, statuses, what)
+            self.assertNotEqual(os.waitstatus_to_exitcode(statuses[pid]), 0, what)
+        self.assertIn("the launcher's rendezvous server at 127.0.0.1:", text, what)
+        self.assertIn("is gone (connection refused): tuttirun ended without stopping this "
+                      "worker, so the job is over", text, what)
+
+    @unittest.skipUnless(TRAINER, "ELASTIC_TRAINER (the C++ example) not built")
+    def test_mid_training(self):
+        self.kill_tuttirun_when(["--steps", "100000", "--step-ms", "20"], ["--min-np", "2"],
+                                "generation 0: 2 worker(s)")
+
+    @unittest.skipUnless(TRAINER, "ELASTIC_TRAINER (the C++ example) not built")
+    def test_while_waiting_for_a_world(self):
+        self.kill_tuttirun_when(["--steps", "100000", "--step-ms", "20", "--die-at", "5"],
+                                ["--min-np", "2"], "fewer than --min-np 2: waiting up to 20 s")
 
 
 if __name__ == "__main__":
