@@ -56,7 +56,8 @@ def run(func):
             except HostsUpdatedInterrupt:
                 pass
             # init itself may fail while the world changes; for longer than the launcher
-            # waits for a world (its server is gone, say) it is over.
+            # waits for a world it is over (a launcher found gone fails it at once: that
+            # error is not recoverable).
             deadline = time.monotonic() + float(os.environ.get("TUTTI_ELASTIC_TIMEOUT", 600))
             for _ in range(MAX_RESETS):
                 try:
