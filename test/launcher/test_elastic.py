@@ -107,6 +107,33 @@ class ElasticDriverTest(unittest.TestCase):
         self.assertEqual(job.rc, 0, job.what)
         self.assertLess(job.wall, 20, job.what)
 
+    @unittest.skipUnless(TRAINER, "ELASTIC_TRAINER (the C++ example) not built")
+    def test_ctrl_c_stops_the_job(self):
+        job = Job("gloo", 2, [TRAINER, "--steps", "100000", "--step-ms", "20"], limit=40,
+                  interrupt_after=4, tuttirun_args=["--min-np", "2"])
+        self.assertEqual(job.left, [], job.what)
+        self.assertEqual(job.rc, 128 + signal.SIGINT, job.what)
+        self.assertIn("received SIGINT, stopping the job", job.output, job.what)
+        self.assertLess(job.wall, 20, job.what)
+
+    @unittest.skipUnless(TRAINER, "ELASTIC_TRAINER (the C++ example) not built")
+    def test_discovery_script_failing_mid_job_stops_it(self):
+        with tempfile.TemporaryDirectory() as d:
+            script = os.path.join(d, "discover.sh")
+            with open(script, "w") as f:  # fine for its first 4 runs, then broken
+                f.write('#!/bin/sh\nn=$(cat %s/runs 2>/dev/null || echo 0); n=$((n + 1))\n'
+                        'echo $n > %s/runs\n[ $n -le 4 ] || { echo broken >&2; exit 3; }\n'
+                        'echo localhost:2\n' % (d, d))
+            os.chmod(script, 0o755)
+            job = Job("gloo", 2, [TRAINER, "--steps", "100000", "--step-ms", "20"], limit=40,
+                      tuttirun_args=["--min-np", "2", "--host-discovery-script", script,
+                                     "--discovery-interval", "0.5"])
+        self.assertEqual(job.left, [], job.what)
+        self.assertEqual(job.rc, 1, job.what)
+        self.assertIn("error: --host-discovery-script %s exited with code 3: broken" % script,
+                      job.output, job.what)
+        self.assertLess(job.wall, 20, job.what)
+
 
 def _set_subreaper(on):
     """Orphans of this process's descendants (workers of a dead tuttirun) become its
