@@ -12,6 +12,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -119,7 +120,7 @@ class LauncherWatch {
         published(*client_);
         answered = SteadyClock::now();
         continue;
-      } catch (const Error& e) {
+      } catch (const std::exception& e) {  // a thread of its own: nothing escapes it
         if (client_->serverGone()) {
           why = "connection refused";
         } else if (SteadyClock::now() - answered >= silent_) {
