@@ -84,8 +84,8 @@ class RendezvousClient : public gloo::rendezvous::Store {
     uint8_t status = 0;
     std::string payload;
   };
-  // Connects and authenticates, retrying refused connections, BUSY answers and dropped
-  // handshakes with backoff until `deadline`.
+  // Connects and authenticates, retrying refused connections (unless the server listens
+  // first), BUSY answers and dropped handshakes with backoff until `deadline`.
   void connectLocked(std::chrono::steady_clock::time_point deadline);
   // One attempt; false (with `why`) for what a retry may cure, throws for the rest.
   bool tryConnectLocked(std::chrono::steady_clock::time_point deadline, std::string& why);
