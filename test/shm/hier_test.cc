@@ -5,7 +5,7 @@
 #include "backends/hierarchical/hier_backend.h"
 #include "backends/hierarchical/two_level_control_plane.h"
 #include "backends/loopback/loopback.h"
-#include "backends/shm/shm_control_plane.h"
+#include "backends/registry.h"
 #include "test/backends/backend_test_util.h"
 
 #include "test/catch.h"

@@ -3,8 +3,8 @@
 // protocol's memory ordering. Buffers of 64 KiB (the minimum) make every op run many
 // epochs, so chunking, buffer reuse and uneven pieces are all exercised at small sizes.
 #include "backends/loopback/loopback.h"
+#include "backends/registry.h"
 #include "backends/shm/shm_backend.h"
-#include "backends/shm/shm_control_plane.h"
 #include "test/backends/backend_test_util.h"
 #include "test/shm/shm_test_util.h"
 
