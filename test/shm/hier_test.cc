@@ -126,6 +126,19 @@ TEST_CASE("hierarchical: what it supports, and the two-level AND, 2x2, 3x2 and 2
   }
 }
 
+TEST_CASE("hierarchical allgather, when on, is supported and names its shm step") {
+  Failures failures;
+  runRanks(2, 2, true, failures, [&](int, Rank& rank) {
+    if (!rank.hierarchical) return failures.add("no hierarchical backend");
+    if (!rank.hierarchical->supports(OpType::kAllgather, DataType::kBFloat16, DeviceType::kCpu))
+      failures.add("bfloat16 allgather not supported");
+    if (std::string(rank.hierarchical->algorithm(OpType::kAllgather, 4)).find("shm") ==
+        std::string::npos)
+      failures.add("algorithm() does not name the shm step");
+  }, true);
+  REQUIRE(failures.summary() == "0 failure(s)");
+}
+
 TEST_CASE("hierarchical allreduce switched at run time, and uneven hosts decline") {
   Failures failures;
   runRanks(2, 2, false, failures, [&](int r, Rank& rank) {
