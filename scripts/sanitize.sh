@@ -89,7 +89,7 @@ fi
 
 if [[ -z "$only" || "$only" == tsan ]]; then
   echo "== sanitize: TSan tests ($(( $(date +%s) - start )) s so far)"
-  run_tests build-tsan '^(unit|shm\.ops|shm\.hierarchical|conformance\.threads)$' || status=1
+  run_tests build-tsan '^(unit|shm\.ops|shm\.hierarchical|conformance\.(loopback|shm|hierarchical))$' || status=1
 fi
 
 echo "== sanitize: $([[ $status == 0 ]] && echo clean || echo FAILED) in $(( $(date +%s) - start )) s"
