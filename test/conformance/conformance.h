@@ -11,7 +11,7 @@
 //   allgatherv     every dtype x counts, uneven blocks (some empty), in place / not
 //   broadcast      every dtype x counts, from every root
 //   alltoallv      every dtype x counts, uneven blocks (some empty)
-//   barrier        after each op
+//   barrier        once per dtype
 // counts: 0, 1, k-1, k, k+1 with k = 16 x members (a multiple of the members: ring and
 // segment splits leave remainders at k±1), and `large`, which the factory picks above one
 // chunk/segment of its backend. References are computed in double from every member's
