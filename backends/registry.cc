@@ -2,6 +2,7 @@
 #include "backends/registry.h"
 
 #include "backends/hierarchical/hier_backend.h"
+#include "backends/hierarchical/two_level_control_plane.h"
 #include "backends/loopback/loopback.h"
 #include "backends/shm/shm_backend.h"
 #include "backends/shm/shm_control_plane.h"
@@ -48,7 +49,45 @@ std::string defaultCpuOperations(const BackendOptions& options) {
   return backendBuiltByName("mpi") ? "mpi" : "gloo";
 }
 
+// The transport's control planes, replaced where shared memory helps: shm ones for sets
+// whose members all run on this host, two-level ones for sets across hosts with several
+// members on some host (their host's part made by this transport, so over shm). Both
+// choices are collective at set creation; everything else, the data-plane backends
+// included, is inner's.
+class HostControlPlanes : public Transport {
+ public:
+  HostControlPlanes(std::unique_ptr<Transport> inner, const BackendOptions& options)
+      : inner_(std::move(inner)), options_(options) {}
+  const char* name() const override { return inner_->name(); }
+  int rank() const override { return inner_->rank(); }
+  int size() const override { return inner_->size(); }
+
+  std::unique_ptr<ControlPlane> makeControlPlane(const std::vector<int>& ranks,
+                                                 int id) override {
+    auto set = inner_->makeControlPlane(ranks, id);
+    if (auto shm = makeShmControlPlane(set, ranks, id, options_)) return shm;
+    const detail::HostLayout layout =
+        detail::exchangeLayout(*set, id, size(), ranks, options_.shm, true,
+                               deadlineAfter(options_.start_timeout_seconds));
+    return makeTwoLevelControlPlane(*this, *inner_, std::move(set), layout);
+  }
+  std::unique_ptr<Backend> makeBackend(const std::vector<int>& ranks, int id) override {
+    return inner_->makeBackend(ranks, id);
+  }
+
+ private:
+  std::unique_ptr<Transport> inner_;
+  const BackendOptions options_;
+};
+
 }  // namespace
+
+std::unique_ptr<Transport> withShmControlPlanes(std::unique_ptr<Transport> inner,
+                                                const BackendOptions& options) {
+  // Wrapped even with TUTTI_SHM=0: the setup is collective, so that rank takes part and
+  // says no (making every member of its sets decline).
+  return std::make_unique<HostControlPlanes>(std::move(inner), options);
+}
 
 std::unique_ptr<Transport> makeTransport(const BackendOptions& options) {
   std::string which = options.cpu_operations.empty() ? defaultCpuOperations(options)

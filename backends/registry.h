@@ -18,6 +18,15 @@ std::vector<std::string> builtBackends();
 // single process. Throws Error(kUnsupported) for a backend this build lacks.
 std::unique_ptr<Transport> makeTransport(const BackendOptions& options);
 
+// Wraps `inner` (mpi or gloo; loopback in tests): its control planes are replaced by shm
+// ones (backends/shm) for sets whose members share this host, and by two-level ones
+// (backends/hierarchical) for sets across hosts with several members on some host, both
+// decided collectively at set creation; everything else, the data-plane backends included,
+// is inner's. Every rank must wrap its transport (TUTTI_SHM=0 too: its set creations then
+// decline for every member). makeTransport wraps mpi and gloo with it.
+std::unique_ptr<Transport> withShmControlPlanes(std::unique_ptr<Transport> inner,
+                                                const BackendOptions& options);
+
 // The ordered data-plane backends for one group: the GPU backend first (when built and a
 // GPU is present), then shm (every member on this host) or hierarchical allreduce (hosts
 // with as many members each, backends/hierarchical), then the transport's CPU backend. The

@@ -57,7 +57,7 @@ build() {  # dir target...
 integ=$(cd test/integration && sed -n 's/^set(_integ_binaries \(.*\))/\1/p' CMakeLists.txt)
 asan_targets="tutti tuttirun tutti_unit_test tutti_c_api_fuzz integ_failure integ_shm tutti_slurm_unit"
 for b in $integ; do asan_targets="$asan_targets integ_$b"; done
-tsan_targets="tutti tutti_unit_test tutti_shm_test tutti_hier_test"
+tsan_targets="tutti tutti_unit_test tutti_shm_test tutti_hier_test tutti_conformance_test"
 # The test step alone still brings the trees up to date (a no-op after the build step).
 if [[ -z "$only" || "$only" == asan ]]; then
   echo "== sanitize: ASan + UBSan build (build-asan/)"
@@ -89,7 +89,7 @@ fi
 
 if [[ -z "$only" || "$only" == tsan ]]; then
   echo "== sanitize: TSan tests ($(( $(date +%s) - start )) s so far)"
-  run_tests build-tsan '^(unit|shm\.ops|shm\.hierarchical)$' || status=1
+  run_tests build-tsan '^(unit|shm\.ops|shm\.hierarchical|conformance\.(loopback|shm|hierarchical))$' || status=1
 fi
 
 echo "== sanitize: $([[ $status == 0 ]] && echo clean || echo FAILED) in $(( $(date +%s) - start )) s"

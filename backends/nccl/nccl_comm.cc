@@ -59,9 +59,14 @@ NcclComm::NcclComm(ControlPlane& control, int device, Deadline deadline)
     try {
       cuda(cudaSetDevice(device_), "cudaSetDevice");
       if (ncclGetVersion(&version_) != ncclSuccess) version_ = NCCL_VERSION_CODE;
-      // A blocking stream: its work waits for the legacy default stream, where frameworks
-      // put their work unless told otherwise.
-      cuda(cudaStreamCreate(&stream_), "cudaStreamCreate");
+      // A non-blocking stream: it never waits for the legacy default stream implicitly;
+      // each op orders itself after its input's producer by an event (begin()), and
+      // completes by an event of its own (finish()).
+      cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking),
+           "cudaStreamCreateWithFlags");
+      cuda(cudaEventCreateWithFlags(&inputs_ready_, cudaEventDisableTiming),
+           "cudaEventCreateWithFlags");
+      cuda(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming), "cudaEventCreateWithFlags");
       if (rank_ == 0) {
         ncclResult_t result = ncclGetUniqueId(&id);
         if (result != ncclSuccess)
@@ -98,9 +103,17 @@ NcclComm::NcclComm(ControlPlane& control, int device, Deadline deadline)
     waitReady("ncclCommInitRankConfig", deadline);
   } catch (...) {
     abortComm();
-    if (stream_) cudaStreamDestroy(stream_);
+    destroyStream();
     throw;
   }
+}
+
+void NcclComm::destroyStream() {
+  if (inputs_ready_) cudaEventDestroy(inputs_ready_);
+  if (done_) cudaEventDestroy(done_);
+  if (stream_) cudaStreamDestroy(stream_);
+  inputs_ready_ = done_ = nullptr;
+  stream_ = nullptr;
 }
 
 NcclComm::~NcclComm() {
@@ -134,7 +147,7 @@ NcclComm::~NcclComm() {
     }
   }
   abortComm();
-  if (stream_) cudaStreamDestroy(stream_);
+  destroyStream();
 }
 
 std::string NcclComm::who() const {
@@ -142,13 +155,16 @@ std::string NcclComm::who() const {
          std::to_string(device_) + ")";
 }
 
-std::unique_lock<std::mutex> NcclComm::begin(const std::string& what) {
+std::unique_lock<std::mutex> NcclComm::begin(const std::string& what, cudaStream_t producer) {
   std::unique_lock<std::mutex> lock(op_mutex_);
   what_ = what;
   start_ = Clock::now();
   poison_.throwIfSet();
   pollErrors("start");
   checkCuda(cudaSetDevice(device_), "cudaSetDevice");
+  // The op's stream waits (on the device, not here) for what `producer` enqueued so far.
+  checkCuda(cudaEventRecord(inputs_ready_, producer), "cudaEventRecord (inputs ready)");
+  checkCuda(cudaStreamWaitEvent(stream_, inputs_ready_, 0), "cudaStreamWaitEvent");
   return lock;
 }
 
@@ -191,11 +207,12 @@ void NcclComm::waitReady(const char* call, Deadline deadline) {
 }
 
 void NcclComm::finish(Deadline deadline) {
+  checkCuda(cudaEventRecord(done_, stream_), "cudaEventRecord (op done)");
   Backoff backoff;
   for (;;) {
-    cudaError_t query = cudaStreamQuery(stream_);
-    if (query != cudaSuccess && query != cudaErrorNotReady) checkCuda(query, "cudaStreamQuery");
-    pollErrors("cudaStreamQuery");
+    cudaError_t query = cudaEventQuery(done_);
+    if (query != cudaSuccess && query != cudaErrorNotReady) checkCuda(query, "cudaEventQuery");
+    pollErrors("cudaEventQuery");
     if (query == cudaSuccess) return;
     if (Clock::now() >= deadline)
       fail(StatusCode::kTimeout,

@@ -7,7 +7,6 @@
 //   allreduceAnd: the vector (same length everywhere) in slices; every member ANDs all.
 #include "backends/shm/shm_control_plane.h"
 
-#include "backends/hierarchical/two_level_control_plane.h"
 #include "backends/shm/shm_segment.h"
 
 #include <algorithm>
@@ -111,46 +110,18 @@ class ShmControlPlane : public ControlPlane {
   std::unique_ptr<ShmSegment> seg_;
 };
 
-class ShmTransport : public Transport {
- public:
-  ShmTransport(std::unique_ptr<Transport> inner, const BackendOptions& options)
-      : inner_(std::move(inner)) {
-    options_.enabled = options.shm;
-    options_.buffer_bytes = 64 << 10;  // negotiation messages are small; larger ones chunk
-    options_.setup_seconds = options.start_timeout_seconds;
-  }
-  const char* name() const override { return inner_->name(); }
-  int rank() const override { return inner_->rank(); }
-  int size() const override { return inner_->size(); }
-
-  std::unique_ptr<ControlPlane> makeControlPlane(const std::vector<int>& ranks,
-                                                 int id) override {
-    auto inner = inner_->makeControlPlane(ranks, id);
-    auto seg = ShmSegment::create(*inner, ranks, id, options_, nullptr);
-    if (seg) return std::make_unique<ShmControlPlane>(std::move(inner), std::move(seg));
-    // Not on one host: the AND in two levels where hosts hold several members (this
-    // transport makes their local groups, over shm).
-    const detail::HostLayout layout =
-        detail::exchangeLayout(*inner, id, size(), ranks, options_.enabled, true,
-                               deadlineAfter(options_.setup_seconds));
-    return makeTwoLevelControlPlane(*this, *inner_, std::move(inner), layout);
-  }
-  std::unique_ptr<Backend> makeBackend(const std::vector<int>& ranks, int id) override {
-    return inner_->makeBackend(ranks, id);
-  }
-
- private:
-  std::unique_ptr<Transport> inner_;
-  detail::ShmOptions options_;
-};
-
 }  // namespace
 
-std::unique_ptr<Transport> withShmControlPlanes(std::unique_ptr<Transport> inner,
-                                                const BackendOptions& options) {
-  // Wrapped even with TUTTI_SHM=0: the setup is collective, so that rank takes part and
-  // says no (making every member of its sets decline).
-  return std::make_unique<ShmTransport>(std::move(inner), options);
+std::unique_ptr<ControlPlane> makeShmControlPlane(std::unique_ptr<ControlPlane>& set,
+                                                  const std::vector<int>& ranks, int id,
+                                                  const BackendOptions& options) {
+  detail::ShmOptions shm;
+  shm.enabled = options.shm;
+  shm.buffer_bytes = 64 << 10;  // negotiation messages are small; larger ones chunk
+  shm.setup_seconds = options.start_timeout_seconds;
+  auto seg = ShmSegment::create(*set, ranks, id, shm, nullptr);
+  if (!seg) return nullptr;
+  return std::make_unique<ShmControlPlane>(std::move(set), std::move(seg));
 }
 
 }  // namespace tutti

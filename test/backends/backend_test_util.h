@@ -75,12 +75,18 @@ inline double reduceReference(DataType dtype, ReduceOp op, int n, int64_t i, int
   return acc;
 }
 
+// inputValue and reduceReference repeat in i with this period (bool: 4; product: 2n;
+// otherwise 11), so large cases compute one period and repeat it.
+inline int64_t inputPeriod(int n) { return std::lcm<int64_t>(4, 2 * int64_t{n}) * 11; }
+
 inline std::vector<uint8_t> makeInput(DataType dtype, ReduceOp op, int rank, int n,
                                       int64_t count, int salt) {
-  std::vector<uint8_t> buf(static_cast<size_t>(std::max<int64_t>(count, 1) *
-                                               dataTypeSize(dtype)));
-  for (int64_t i = 0; i < count; ++i)
+  const int64_t esz = dataTypeSize(dtype), period = std::min(count, inputPeriod(n));
+  std::vector<uint8_t> buf(static_cast<size_t>(std::max<int64_t>(count, 1) * esz));
+  for (int64_t i = 0; i < period; ++i)
     storeValue(dtype, buf.data(), i, inputValue(dtype, op, rank, n, i, salt));
+  for (int64_t i = period; i < count; i += period)
+    std::memcpy(buf.data() + i * esz, buf.data(), std::min(period, count - i) * esz);
   return buf;
 }
 
@@ -132,8 +138,11 @@ inline void runThreads(int n, Failures& failures, const std::function<void(int)>
 inline void checkReduced(Failures& failures, const std::string& what, DataType dtype,
                          ReduceOp op, int n, const void* got, int64_t first, int64_t count,
                          int salt) {
+  const int64_t period = inputPeriod(n);
+  std::vector<double> reference(static_cast<size_t>(period));
+  for (int64_t j = 0; j < period; ++j) reference[j] = reduceReference(dtype, op, n, j, salt);
   for (int64_t i = 0; i < count; ++i) {
-    double expected = reduceReference(dtype, op, n, first + i, salt);
+    double expected = reference[(first + i) % period];
     double actual = loadValue(dtype, got, i);
     if (actual != expected) {
       failures.add(what + " " + dataTypeName(dtype) + " " + reduceOpName(op) + " element " +

@@ -1,20 +1,16 @@
 // Helpers of the gloo process tests: the BackendOptions of tuttirun's environment (read here:
-// backend tests do not depend on the core's parseConfig), value generators with exactly
-// representable results, and a failure counter that makes the process exit non-zero.
+// backend tests do not depend on the core's parseConfig) and a failure counter that makes
+// the process exit non-zero. The data-plane cases are the conformance suite's
+// (test/conformance).
 #pragma once
 
 #include "backends/options.h"
 #include "base/common.h"
-#include "base/reduce.h"
 
-#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <fstream>
-#include <sstream>
 #include <string>
-#include <vector>
 
 namespace tutti {
 namespace test {
@@ -63,55 +59,6 @@ class Checker {
   int checks_ = 0;
   int failures_ = 0;
 };
-
-// Stores double `v` (a small integer) as `dtype` at index i.
-inline void storeValue(void* base, int64_t i, DataType dtype, double v) {
-  storeElement(base, i, dtype, v);
-}
-
-inline double loadValue(const void* base, int64_t i, DataType dtype) {
-  return loadElement(base, i, dtype);
-}
-
-inline bool isUnsigned(DataType dtype) {
-  return dtype == DataType::kUInt8 || dtype == DataType::kUInt16 || dtype == DataType::kBool;
-}
-
-// Rank r's element i for reduce op `op`: small integers whose sum/min/max/product over up
-// to 4 ranks is exact in every dtype (|sum| <= 12, |product| <= 16).
-inline double inputValue(int r, int64_t i, DataType dtype, ReduceOp op, int salt) {
-  const int64_t k = r * 5 + i * 3 + salt;
-  if (dtype == DataType::kBool) return ((k * 7) % 3) != 0 ? 1 : 0;
-  if (op == ReduceOp::kProduct) {
-    static const double kSigned[] = {1, 2, -1}, kUnsigned[] = {1, 2, 1};
-    return (isUnsigned(dtype) ? kUnsigned : kSigned)[k % 3];
-  }
-  return isUnsigned(dtype) ? static_cast<double>(k % 4) : static_cast<double>(k % 7 - 3);
-}
-
-// The reduction of every rank's value, computed here in double.
-inline double referenceValue(int size, int64_t i, DataType dtype, ReduceOp op, int salt) {
-  double acc = inputValue(0, i, dtype, op, salt);
-  for (int r = 1; r < size; ++r) {
-    double v = inputValue(r, i, dtype, op, salt);
-    switch (op) {
-      case ReduceOp::kSum: acc = dtype == DataType::kBool ? (acc || v) : acc + v; break;
-      case ReduceOp::kMin: acc = dtype == DataType::kBool ? (acc && v) : std::min(acc, v); break;
-      case ReduceOp::kMax: acc = dtype == DataType::kBool ? (acc || v) : std::max(acc, v); break;
-      case ReduceOp::kProduct: acc = dtype == DataType::kBool ? (acc && v) : acc * v; break;
-      default: break;
-    }
-  }
-  return acc;
-}
-
-inline const std::vector<DataType>& allDataTypes() {
-  static const std::vector<DataType> types = {
-      DataType::kUInt8,   DataType::kInt8,     DataType::kUInt16,  DataType::kInt16,
-      DataType::kInt32,   DataType::kInt64,    DataType::kFloat16, DataType::kBFloat16,
-      DataType::kFloat32, DataType::kFloat64,  DataType::kBool};
-  return types;
-}
 
 }  // namespace test
 }  // namespace tutti

@@ -167,6 +167,21 @@ TEST_CASE("every op matches the host reference in a group of one", "[gpu]") {
   backend->barrier(deadline);
 }
 
+// The stream contract (docs/nccl.md, "Streams and events"): the backend's stream is
+// non-blocking, so only its event wait orders it after the input's producer, the legacy
+// default stream. Without that wait the copy would read a pass still being written.
+TEST_CASE("inputs written on the legacy default stream, not synchronized, are ordered", "[gpu]") {
+  SoloBackend solo;
+  const size_t bytes = size_t{64} << 20;
+  test::DeviceBuffer in(bytes), out(bytes);
+  for (int pass = 0; pass < 16; ++pass)  // the last pass writes 7s
+    REQUIRE(cudaMemsetAsync(in.get(), pass % 2 ? 7 : 3, bytes, cudaStreamLegacy) == cudaSuccess);
+  solo.backend->allreduce(in.get(), out.get(), static_cast<int64_t>(bytes), DataType::kUInt8,
+                          ReduceOp::kSum, deadlineAfter(kTimeoutSeconds));
+  const auto host = out.download(bytes);
+  CHECK(static_cast<size_t>(std::count(host.begin(), host.end(), uint8_t{7})) == bytes);
+}
+
 // Runs `body(rank, backend)` on `size` thread-ranks, each with its own GPU and NCCL backend
 // over one loopback world, and returns each rank's failures.
 template <typename Body>

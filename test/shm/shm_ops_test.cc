@@ -1,10 +1,11 @@
 // The shm backend with threads as ranks: one process, so every member maps the same
 // segment through its own mapping, and ThreadSanitizer (scripts/sanitize.sh) sees the
-// protocol's memory ordering. Buffers of 64 KiB (the minimum) make every op run many
-// epochs, so chunking, buffer reuse and uneven pieces are all exercised at small sizes.
+// protocol's memory ordering. Barrier, deadlines, abort, the hand-over to the next backend,
+// declining, and the shm control plane; every op x dtype x reduce op x count is the
+// conformance suite's (test/conformance), with the same 64 KiB buffers.
 #include "backends/loopback/loopback.h"
+#include "backends/registry.h"
 #include "backends/shm/shm_backend.h"
-#include "backends/shm/shm_control_plane.h"
 #include "test/backends/backend_test_util.h"
 #include "test/shm/shm_test_util.h"
 
@@ -21,10 +22,6 @@
 namespace tutti {
 namespace test {
 namespace {
-
-const std::vector<int> kSizes = {1, 2, 3, 4};
-// 0, 1, odd, around the small-message path, one chunk, many chunks (of 64 KiB).
-const std::vector<int64_t> kCounts = {0, 1, 17, 4097, 9001, 70001};
 
 detail::ShmOptions smallBuffers() {
   detail::ShmOptions o;
@@ -44,96 +41,9 @@ void runRanks(int n, Failures& failures, const std::function<void(int, Backend&)
     auto transport = makeLoopbackTransport(hub, r);
     auto control = transport->makeControlPlane(world, 7);
     auto backend = makeShmBackend(*control, world, 7, options ? options(r) : smallBuffers());
-    if (n == 1) {
-      if (backend) failures.add("a set of one got an shm backend");
-      return;
-    }
     if (!backend) return failures.add("rank " + std::to_string(r) + ": no shm backend");
     fn(r, *backend);
   });
-}
-
-std::string caseName(const char* op, int n, int64_t count, DataType dtype) {
-  return std::string(op) + " n=" + std::to_string(n) + " count=" + std::to_string(count) +
-         " " + dataTypeName(dtype);
-}
-
-TEST_CASE("shm allreduce: every dtype and reduce op, sizes 1-4, chunked, in and out of place") {
-  for (int n : kSizes) {
-    Failures failures;
-    runRanks(n, failures, [&](int rank, Backend& backend) {
-      int salt = 0;
-      for (int64_t count : kCounts)
-        for (DataType dtype : allDataTypes())
-          for (ReduceOp op : allReduceOps()) {
-            if (count > 9001 && op != ReduceOp::kSum && op != ReduceOp::kMax) continue;
-            ++salt;
-            auto in = makeInput(dtype, op, rank, n, count, salt);
-            bool in_place = salt % 2 == 0;
-            std::vector<uint8_t> out(in.size(), 0xEE);
-            void* dst = in_place ? in.data() : out.data();
-            backend.allreduce(in.data(), dst, count, dtype, op, deadlineAfter(30));
-            checkReduced(failures, caseName("allreduce", n, count, dtype), dtype, op, n, dst, 0,
-                         count, salt);
-          }
-    });
-    INFO("world size " << n);
-    REQUIRE(failures.summary() == "0 failure(s)");
-  }
-}
-
-TEST_CASE("shm reducescatter and allgatherv: uneven blocks, empty ones, chunked, in place") {
-  for (int n : kSizes) {
-    Failures failures;
-    runRanks(n, failures, [&](int rank, Backend& backend) {
-      int salt = 0;
-      for (int64_t base : kCounts)
-        for (DataType dtype : {DataType::kUInt8, DataType::kFloat16, DataType::kBFloat16,
-                               DataType::kInt32, DataType::kFloat64})
-          for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kProduct}) {
-            ++salt;
-            const int64_t esz = dataTypeSize(dtype);
-            std::vector<int64_t> counts(n);
-            for (int r = 0; r < n; ++r) counts[r] = (base + r * (salt % 3)) % (base + 2);
-            int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});
-            int64_t offset = std::accumulate(counts.begin(), counts.begin() + rank, int64_t{0});
-            auto in = makeInput(dtype, op, rank, n, total, salt);
-            std::vector<uint8_t> out((counts[rank] + 1) * esz, 0xEE);
-            void* dst = salt % 2 == 0 ? in.data() : out.data();
-            backend.reducescatter(in.data(), dst, counts, dtype, op, deadlineAfter(30));
-            std::string what = caseName("reducescatter", n, base, dtype);
-            checkReduced(failures, what, dtype, op, n, dst, offset, counts[rank], salt);
-            // allgatherv of the reduced blocks, in place (own block already in out).
-            std::vector<uint8_t> all(total * esz + 1, 0xEE);
-            if (counts[rank] > 0) std::memcpy(all.data() + offset * esz, dst, counts[rank] * esz);
-            backend.allgatherv(all.data() + offset * esz, all.data(), counts, dtype,
-                               deadlineAfter(30));
-            checkReduced(failures, caseName("allgatherv", n, base, dtype), dtype, op, n,
-                         all.data(), 0, total, salt);
-          }
-    });
-    INFO("world size " << n);
-    REQUIRE(failures.summary() == "0 failure(s)");
-  }
-}
-
-TEST_CASE("shm broadcast from every root and alltoallv, chunked") {
-  for (int n : kSizes) {
-    Failures failures;
-    runRanks(n, failures, [&](int rank, Backend& backend) {
-      int salt = 0;
-      for (int64_t base : kCounts)
-        for (DataType dtype : {DataType::kBool, DataType::kInt16, DataType::kFloat32}) {
-          ++salt;
-          std::string what = caseName("", n, base, dtype);
-          checkBroadcastFromEveryRoot(backend, rank, n, base, dtype, salt, what, failures,
-                                      deadlineAfter(30));
-          checkAlltoallv(backend, rank, n, base, dtype, salt, what, failures, deadlineAfter(30));
-        }
-    });
-    INFO("world size " << n);
-    REQUIRE(failures.summary() == "0 failure(s)");
-  }
 }
 
 TEST_CASE("shm barrier waits for the last member; the segment's name is gone at once") {
@@ -260,6 +170,9 @@ TEST_CASE("shm declines alike on every member when one sets TUTTI_SHM=0") {
   for (auto& t : threads) t.join();
   CHECK(got.load() == 0);
   CHECK(shmNamesOf(getpid()).empty());
+  // A set of one has nothing to share.
+  auto alone = makeLoopbackTransport(makeLoopbackHub(1), 0)->makeControlPlane({0}, 2);
+  CHECK_FALSE(makeShmBackend(*alone, {0}, 2, smallBuffers()));
 }
 
 TEST_CASE("shm control plane: gather, broadcast and AND larger than its buffer, unequal sizes") {
