@@ -137,15 +137,11 @@ void Coordinator::addRequests(int rank, const std::vector<Request>& requests,
 }
 
 void Coordinator::noteFailedGroups(const Pending& p, const std::string& why) {
-  // Ranks that grouped the tensor differently: their groups can never complete as one.
-  std::vector<const std::string*> keys;
+  // Every group the tensor belongs to on some rank: ranks that grouped it differently can
+  // never complete their groups as one, and a group with a failed tensor fails anyway.
   for (int r = 0; r < size_; ++r)
-    if (p.have[r]) keys.push_back(&p.by_rank[r].group);
-  bool differ = false;
-  for (const auto* k : keys) differ = differ || *k != *keys[0];
-  if (!differ) return;
-  for (const auto* k : keys)
-    if (!k->empty()) failed_groups_.emplace(*k, why);
+    if (p.have[r] && !p.by_rank[r].group.empty())
+      failed_groups_.emplace(p.by_rank[r].group, why);
 }
 
 void Coordinator::failGroups() {

@@ -7,8 +7,8 @@
 //      scale factors, root, splits, group on every rank) and turns it into a Response, or
 //      into an ERROR response naming the tensor, the field and the ranks;
 //   d. holds a grouped allreduce back until every tensor of its group is ready; a tensor
-//      the ranks grouped differently (another group size) fails its groups as a whole,
-//      on every rank, including the tensors only some ranks submitted;
+//      that fails (the ranks grouped it differently, say) fails its groups as a whole, on
+//      every rank, including the tensors only some ranks submitted;
 //   e. answers join once every member has joined.
 // Pure: no threads, no communication, no clock of its own. Not thread-safe.
 #pragma once
@@ -49,8 +49,9 @@ class Coordinator {
   void checkReady(const std::string& name);
   Response build(const std::string& name, const Pending& pending) const;
   void emit(Response response, const Request& sample);
-  // A tensor that ranks grouped differently failed (`why`): its groups fail as a whole,
-  // once the batch is in (failGroups), instead of waiting for tensors that never come.
+  // A grouped tensor failed (`why`; ranks that grouped it differently, say): its groups fail
+  // as a whole once the batch is in (failGroups), instead of waiting for tensors that never
+  // come.
   void noteFailedGroups(const Pending& pending, const std::string& why);
   void failGroups();
 

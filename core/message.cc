@@ -243,7 +243,8 @@ void checkResponseForSet(const Response& r, int set_size) {
       if (r.first_dims.size() != n)
         bad("one row count per member", std::to_string(r.first_dims.size()));
       for (int64_t d : r.first_dims)
-        if (!checkedAdd(rows, d, &rows)) bad("rows that sum within int64", shapeString(r.first_dims));
+        if (!checkedAdd(rows, d, &rows))
+          bad("rows that sum within int64", shapeString(r.first_dims));
       break;
     case OpType::kAlltoall:
       if (r.splits.size() != n * n)

@@ -262,7 +262,8 @@ TEST_CASE("scale factors: NaN equals NaN, and values that differ are printed apa
   CHECK(r.error_message ==
         "allreduce 's': postscale 0.1 on rank 0 but 0.1000000000000002 on rank 1");
   b.postscale = std::nan("");
-  CHECK(decide(2, {a, b}).error_message == "allreduce 's': postscale 0.1 on rank 0 but nan on rank 1");
+  CHECK(decide(2, {a, b}).error_message ==
+        "allreduce 's': postscale 0.1 on rank 0 but nan on rank 1");
   a.postscale = b.postscale = 1;
   b.prescale = 1.0 / 3;
   CHECK(decide(2, {a, b}).error_message ==
