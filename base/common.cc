@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <iomanip>
 #include <sstream>
 
@@ -141,6 +143,16 @@ std::string secondsText(double seconds) {
   std::ostringstream out;
   out << std::setprecision(seconds < 10 ? 2 : 6) << seconds;
   return out.str();
+}
+
+std::string numberText(double value) {
+  if (std::isnan(value)) return "nan";
+  char text[32];
+  for (int digits = 15; digits <= 17; ++digits) {
+    std::snprintf(text, sizeof text, "%.*g", digits, value);
+    if (digits == 17 || std::strtod(text, nullptr) == value) break;
+  }
+  return text;
 }
 
 std::string joinInts(const std::vector<int>& values) {

@@ -68,6 +68,9 @@ bool tensorBytes(const std::vector<int64_t>& shape, DataType dtype, int64_t* byt
 // A name for messages: 'name', or its first 64 bytes and "...'(N bytes)" when longer.
 std::string quotedName(const std::string& name);
 std::string secondsText(double seconds);                      // "0.5", "120"
+// The shortest text that reads back as `value` (up to 17 digits): "0.5", "0.1",
+// "0.30000000000000004", "nan", "inf". For messages that compare two values.
+std::string numberText(double value);
 std::string joinInts(const std::vector<int>& values);           // "0, 2, 3"
 // What is wrong with the world ranks of a group (a process set): empty when `ranks` is not
 // empty, sorted, distinct, within [0, world_size) and (member >= 0) includes `member`; else

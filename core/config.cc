@@ -3,6 +3,7 @@
 #include "base/common.h"
 #include "base/logging.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cstdlib>
@@ -43,8 +44,7 @@ int64_t parseInt(const char* name, const std::string& value, int64_t lo, int64_t
 
 bool parseBool(const char* name, const std::string& value) {
   if (value == "1" || value == "true" || value == "yes" || value == "on") return true;
-  if (value == "0" || value == "false" || value == "no" || value == "off" || value.empty())
-    return false;
+  if (value == "0" || value == "false" || value == "no" || value == "off") return false;
   badValue(name, value, "one of 1, 0, true, false, yes, no, on, off");
 }
 
@@ -75,7 +75,9 @@ const std::vector<ConfigVar>& configTable() {
        "Largest fused allreduce buffer in bytes; 0 disables fusion.",
        [](const std::string& v, Config& c) {
          c.fusion_threshold = parseInt("TUTTI_FUSION_THRESHOLD", v, 0, int64_t(1) << 40);
-       }},
+       },
+       AcrossRanks::kMustAgree,
+       [](const Config& c) { return std::to_string(c.fusion_threshold); }},
       {"TUTTI_CYCLE_TIME_MS", "float", "1", "[0, 10000]",
        "Longest an idle rank waits before joining a negotiation round that others may have "
        "started; work enqueued wakes the coordinator at once. Idle ranks back off up to 32x.",
@@ -97,18 +99,19 @@ const std::vector<ConfigVar>& configTable() {
        "it, else gloo (set gloo to run without MPI: rank 0 then hosts the rendezvous).",
        [](const std::string& v, Config& c) {
          c.cpu_operations = parseChoice("TUTTI_CPU_OPERATIONS", v, {"mpi", "gloo", "loopback"});
-       }},
+       }, AcrossRanks::kConnect},
       {"TUTTI_SHM", "bool", "1", "0, 1",
        "Shared memory for the negotiation and the CPU collectives of process sets whose "
        "members all run on one host (measured at init, under any launcher); 0 leaves both to "
        "the transport (mpi or gloo).",
-       [](const std::string& v, Config& c) { c.shm = parseBool("TUTTI_SHM", v); }},
+       [](const std::string& v, Config& c) { c.shm = parseBool("TUTTI_SHM", v); },
+       AcrossRanks::kAnyOff},
       {"TUTTI_SHM_BUFFER_BYTES", "bytes", "1048576", "[65536, 2^30]",
        "Bytes of each shm buffer per member and process set (each set maps 2 x members x "
        "this in /dev/shm); collectives larger than this move in chunks of it.",
        [](const std::string& v, Config& c) {
          c.shm_buffer_bytes = parseInt("TUTTI_SHM_BUFFER_BYTES", v, 65536, int64_t(1) << 30);
-       }},
+       }, AcrossRanks::kAnyOff},
       {"TUTTI_HIERARCHICAL_ALLREDUCE", "bool", "1", "0, 1",
        "Allreduce of process sets that span hosts with the same number (> 1) of members on "
        "each: reduce-scatter over shm inside each host, allreduce of each slice across hosts "
@@ -116,7 +119,7 @@ const std::vector<ConfigVar>& configTable() {
        "size, docs/PERFORMANCE.md); 0: one flat ring. The set's first rank's value counts.",
        [](const std::string& v, Config& c) {
          c.hierarchical_allreduce = parseBool("TUTTI_HIERARCHICAL_ALLREDUCE", v);
-       }},
+       }, AcrossRanks::kFirstMember},
       {"TUTTI_HIERARCHICAL_ALLGATHER", "bool", "1", "0, 1",
        "Allgather(v) of process sets that span hosts with the same number (> 1) of members "
        "on each: allgather across hosts among the ranks of the same local rank, then over "
@@ -125,7 +128,7 @@ const std::vector<ConfigVar>& configTable() {
        "first rank's value counts.",
        [](const std::string& v, Config& c) {
          c.hierarchical_allgather = parseBool("TUTTI_HIERARCHICAL_ALLGATHER", v);
-       }},
+       }, AcrossRanks::kFirstMember},
       {"TUTTI_TIMEOUT_SECONDS", "float", "1800", "[0.1, 1e9]",
        "Deadline of the job's collective waits: negotiation, each collective, and tutti_wait "
        "without a timeout. A tensor some ranks submitted and others did not for this long "
@@ -146,38 +149,35 @@ const std::vector<ConfigVar>& configTable() {
        "(INFO = info). info: the settings in force, topology and backends, once (rank 0); "
        "debug: the same on every rank and each round's decisions; trace: every op.",
        [](const std::string& v, Config& c) {
-         std::string lower = v;
-         for (auto& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-         for (size_t i = 0; i < kLogLevels.size(); ++i)
-           if (kLogLevels[i] == lower) {
-             c.log_level = static_cast<LogLevel>(i);
-             return;
-           }
-         parseChoice("TUTTI_LOG_LEVEL", v, kLogLevels);  // throws, naming the value given
+         const std::string level = parseChoice("TUTTI_LOG_LEVEL", v, kLogLevels);
+         c.log_level = static_cast<LogLevel>(
+             std::find(kLogLevels.begin(), kLogLevels.end(), level) - kLogLevels.begin());
        }},
       {"TUTTI_CACHE_CAPACITY", "int", "1024", "[0, 1048576]",
        "Response cache entries per process set; 0 disables the cache (every op is negotiated "
        "with a gather and a broadcast).",
        [](const std::string& v, Config& c) {
          c.cache_capacity = parseInt("TUTTI_CACHE_CAPACITY", v, 0, 1 << 20);
-       }},
+       },
+       AcrossRanks::kMustAgree,
+       [](const Config& c) { return std::to_string(c.cache_capacity); }},
       {"TUTTI_STALL_CHECK_TIME_SECONDS", "float", "60", "[0, 1e9]",
        "Rank 0 warns about a tensor submitted by some ranks but not all for this long, "
        "naming the missing ranks.",
        [](const std::string& v, Config& c) {
          c.stall_check_seconds = parseDouble("TUTTI_STALL_CHECK_TIME_SECONDS", v, 0, 1e9);
-       }},
+       }, AcrossRanks::kRankZero},
       {"TUTTI_STALL_CHECK_DISABLE", "bool", "0", "0, 1",
        "Turns the stall warnings off.",
        [](const std::string& v, Config& c) {
          c.stall_check_disable = parseBool("TUTTI_STALL_CHECK_DISABLE", v);
-       }},
+       }, AcrossRanks::kRankZero},
       {"TUTTI_STALL_SHUTDOWN_TIME_SECONDS", "float", "0", "[0, 1e9]",
        "When > 0, a tensor stalled this long stops the job on every rank with an error "
        "naming it and the missing ranks.",
        [](const std::string& v, Config& c) {
          c.stall_shutdown_seconds = parseDouble("TUTTI_STALL_SHUTDOWN_TIME_SECONDS", v, 0, 1e9);
-       }},
+       }, AcrossRanks::kRankZero},
       {"TUTTI_TIMELINE", "string", "(off)", "a directory/ or a file path",
        "Writes a Chrome trace (chrome://tracing, Perfetto) of every op's phases. A "
        "directory (ending in / or existing): every rank writes dir/rank-N.json (merge them "
@@ -198,26 +198,28 @@ const std::vector<ConfigVar>& configTable() {
        "Tunes TUTTI_FUSION_THRESHOLD, TUTTI_CYCLE_TIME_MS, the response cache on/off and "
        "hierarchical allreduce on/off (where the job has it) while the job runs, by the bytes "
        "per second of measured windows (tuttirun --autotune; docs/PERFORMANCE.md).",
-       [](const std::string& v, Config& c) { c.autotune = parseBool("TUTTI_AUTOTUNE", v); }},
+       [](const std::string& v, Config& c) { c.autotune = parseBool("TUTTI_AUTOTUNE", v); },
+       AcrossRanks::kMustAgree,
+       [](const Config& c) { return std::string(c.autotune ? "1" : "0"); }},
       {"TUTTI_AUTOTUNE_LOG", "string", "(none)", "a file path",
        "Rank 0 writes every autotune window there as CSV (tuttirun --autotune-log-file).",
-       [](const std::string& v, Config& c) { c.autotune_log = v; }},
+       [](const std::string& v, Config& c) { c.autotune_log = v; }, AcrossRanks::kRankZero},
       {"TUTTI_AUTOTUNE_WINDOW_SECONDS", "float", "0.5", "[0.001, 3600]",
        "Length of one autotune window.",
        [](const std::string& v, Config& c) {
          c.autotune_window_seconds = parseDouble("TUTTI_AUTOTUNE_WINDOW_SECONDS", v, 0.001, 3600);
-       }},
+       }, AcrossRanks::kRankZero},
       {"TUTTI_AUTOTUNE_WARMUP_WINDOWS", "int", "3", "[0, 1000]",
        "Windows at the start that autotune does not score.",
        [](const std::string& v, Config& c) {
          c.autotune_warmup_windows =
              static_cast<int>(parseInt("TUTTI_AUTOTUNE_WARMUP_WINDOWS", v, 0, 1000));
-       }},
+       }, AcrossRanks::kRankZero},
       {"TUTTI_AUTOTUNE_SAMPLES", "int", "3", "[1, 1000]",
        "Windows scored per candidate setting (the median counts).",
        [](const std::string& v, Config& c) {
          c.autotune_samples = static_cast<int>(parseInt("TUTTI_AUTOTUNE_SAMPLES", v, 1, 1000));
-       }},
+       }, AcrossRanks::kRankZero},
       {"TUTTI_GLOO_IFACE", "string", "(the rendezvous route)", "an interface name",
        "Network interface for gloo's TCP pairs (tuttirun --network-interface).",
        [](const std::string& v, Config& c) { c.gloo_iface = v; }},
@@ -225,19 +227,19 @@ const std::vector<ConfigVar>& configTable() {
        "Address of tuttirun's rendezvous server (set by tuttirun). Under srun with gloo: the "
        "address at which the other ranks reach rank 0's server (default: the first node of "
        "SLURM_STEP_NODELIST).",
-       [](const std::string& v, Config& c) { c.rendezvous_addr = v; }},
+       [](const std::string& v, Config& c) { c.rendezvous_addr = v; }, AcrossRanks::kConnect},
       {"TUTTI_RENDEZVOUS_PORT", "int", "0", "[0, 65535]",
        "Port of tuttirun's rendezvous server (set by tuttirun). Under srun with gloo: the "
        "port rank 0's server listens on (default: 20000 + (SLURM_JOB_ID mod 750) * 16 + "
        "SLURM_STEP_ID mod 16).",
        [](const std::string& v, Config& c) {
          c.rendezvous_port = static_cast<int>(parseInt("TUTTI_RENDEZVOUS_PORT", v, 0, 65535));
-       }},
+       }, AcrossRanks::kConnect},
       {"TUTTI_SECRET", "string", "(unset)", "hex string",
        "The job's rendezvous secret, hex (set by tuttirun; never put it on a command line). "
        "Under srun with gloo: export it before srun or sbatch (at least 32 hex digits), or "
        "keep one in ~/.tutti/secret (mode 0600).",
-       [](const std::string& v, Config& c) { c.secret = v; }},
+       [](const std::string& v, Config& c) { c.secret = v; }, AcrossRanks::kConnect},
       {"TUTTI_SECRET_FILE", "string", "(unset)", "a file path",
        "File holding the job's secret, readable only by the user; used when TUTTI_SECRET is "
        "unset.",
@@ -246,7 +248,7 @@ const std::vector<ConfigVar>& configTable() {
          std::ifstream in(v);
          if (!in) badValue("TUTTI_SECRET_FILE", v, "a readable file");
          std::getline(in, c.secret);
-       }},
+       }, AcrossRanks::kConnect},
   };
   return table;
 }
@@ -405,7 +407,8 @@ Config parseConfig(const std::map<std::string, std::string>* env_in) {
   Config config;
   for (const auto& var : configTable()) {
     auto it = env.find(var.name);
-    if (it == env.end()) continue;
+    // Empty counts as unset (`TUTTI_SHM= prog`, an unfilled template): the default applies.
+    if (it == env.end() || it->second.empty()) continue;
     try {
       var.parse(it->second, config);
     } catch (const Error& e) {
@@ -475,12 +478,20 @@ BackendOptions backendOptions(const Config& config) {
   return o;
 }
 
+const char* acrossRanksText(AcrossRanks across) {
+  static const char* const texts[] = {
+      "each rank's own", "must agree (checked at init)", "rank 0's", "the set's first rank's",
+      "one set's members alike, else that set has no shm", "alike, or the ranks do not connect"};
+  return texts[static_cast<int>(across)];
+}
+
 std::string configMarkdown() {
   std::ostringstream out;
-  out << "| Variable | Type | Default | Range | Meaning |\n|---|---|---|---|---|\n";
+  out << "| Variable | Type | Default | Range | Across ranks | Meaning |\n"
+         "|---|---|---|---|---|---|\n";
   for (const auto& var : configTable())
     out << "| `" << var.name << "` | " << var.type << " | " << var.default_text << " | "
-        << var.range << " | " << var.help << " |\n";
+        << var.range << " | " << acrossRanksText(var.across) << " | " << var.help << " |\n";
   return out.str();
 }
 

@@ -62,6 +62,19 @@ struct Config {
   std::vector<std::string> from_launcher;
 };
 
+// Whether ranks may differ on a setting, decided per variable by what would break if they did
+// (docs/env_vars.md, "Settings across ranks").
+enum class AcrossRanks : uint8_t {
+  kOwn,          // each rank's own value counts (timing, logging, local files)
+  kMustAgree,    // the bit layout or the fusion plan depends on it: checked at init
+                 // (core/settings_agreement.h), a mismatch fails init on every rank
+  kRankZero,     // only rank 0 (of the job, or of each process set) reads it
+  kFirstMember,  // the process set's first rank's value counts, announced to the others
+  kAnyOff,       // shm: a member with it off, or another value, makes its set do without
+  kConnect,      // what the ranks connect with: a mismatch fails at connecting
+};
+const char* acrossRanksText(AcrossRanks across);
+
 struct ConfigVar {
   const char* name;
   const char* type;     // "bytes", "int", "float", "string", "bool", "enum"
@@ -70,6 +83,9 @@ struct ConfigVar {
   const char* help;
   // Parses `value` into the config; throws Error(kInvalidArgument) naming the variable.
   std::function<void(const std::string& value, Config& config)> parse;
+  AcrossRanks across = AcrossRanks::kOwn;
+  // kMustAgree: the value in force, as ranks compare it ("1024", "0"): set only for those.
+  std::function<std::string(const Config& config)> value = nullptr;
 };
 
 const std::vector<ConfigVar>& configTable();

@@ -2,6 +2,7 @@
 
 #include "core/validation.h"
 
+#include <cmath>
 #include <sstream>
 
 namespace tutti {
@@ -16,6 +17,11 @@ std::string str(const T& v) {
   return out.str();
 }
 
+// Scale factors: equal, or both NaN (they then scale alike on every rank).
+bool sameScale(double a, double b) { return a == b || (std::isnan(a) && std::isnan(b)); }
+
+int groupSize(const Request& q) { return q.group.empty() ? 1 : q.group_size; }
+
 // The first field on which `b` (rank rb) disagrees with `a` (rank ra), as a message.
 std::string firstMismatch(const Request& a, int ra, const Request& b, int rb) {
   auto msg = [&](const char* field, const std::string& va, const std::string& vb) {
@@ -26,16 +32,18 @@ std::string firstMismatch(const Request& a, int ra, const Request& b, int rb) {
   if (a.dtype != b.dtype) return msg("dtype", dataTypeName(a.dtype), dataTypeName(b.dtype));
   if (a.device != b.device)
     return msg("device", deviceTypeName(a.device), deviceTypeName(b.device));
-  if (a.group != b.group || a.group_size != b.group_size)
-    return msg("group", "'" + a.group + "'/" + std::to_string(a.group_size),
-               "'" + b.group + "'/" + std::to_string(b.group_size));
+  if (groupSize(a) != groupSize(b))
+    return msg("group size", std::to_string(groupSize(a)), std::to_string(groupSize(b)));
+  if (a.group != b.group) return msg("group", "'" + a.group + "'", "'" + b.group + "'");
   switch (a.op) {
     case OpType::kAllreduce:
     case OpType::kReducescatter:
       if (a.reduce_op != b.reduce_op)
         return msg("reduce op", reduceOpName(a.reduce_op), reduceOpName(b.reduce_op));
-      if (a.prescale != b.prescale) return msg("prescale", str(a.prescale), str(b.prescale));
-      if (a.postscale != b.postscale) return msg("postscale", str(a.postscale), str(b.postscale));
+      if (!sameScale(a.prescale, b.prescale))
+        return msg("prescale", numberText(a.prescale), numberText(b.prescale));
+      if (!sameScale(a.postscale, b.postscale))
+        return msg("postscale", numberText(a.postscale), numberText(b.postscale));
       if (a.shape != b.shape) return msg("shape", shapeString(a.shape), shapeString(b.shape));
       break;
     case OpType::kBroadcast:
@@ -125,6 +133,48 @@ void Coordinator::addRequests(int rank, const std::vector<Request>& requests,
     it->second.have[rank] = true;
     checkReady(q.name);
   }
+  failGroups();
+}
+
+void Coordinator::noteFailedGroups(const Pending& p, const std::string& why) {
+  // Every group the tensor belongs to on some rank: ranks that grouped it differently can
+  // never complete their groups as one, and a group with a failed tensor fails anyway.
+  for (int r = 0; r < size_; ++r)
+    if (p.have[r] && !p.by_rank[r].group.empty())
+      failed_groups_.emplace(p.by_rank[r].group, why);
+}
+
+void Coordinator::failGroups() {
+  // Once a rank's whole batch is in (a rank submits a group at once), every tensor of a
+  // failed group fails: those ready wait no longer for the rest, and those some ranks
+  // never submit (the larger group's extra tensors) get the error on every rank.
+  for (const auto& failed : failed_groups_) {
+    auto held = groups_.find(failed.first);
+    if (held != groups_.end()) {
+      for (auto& r : held->second) ready_.push_back(std::move(r));
+      groups_.erase(held);
+    }
+    for (auto it = table_.begin(); it != table_.end();) {
+      const Pending& p = it->second;
+      int r = 0;
+      while (r < size_ && !(p.have[r] && p.by_rank[r].group == failed.first)) ++r;
+      if (r == size_) {
+        ++it;
+        continue;
+      }
+      Response e;
+      e.type = ResponseType::kError;
+      e.op = p.by_rank[r].op;
+      e.names = {it->first};
+      e.error_code = StatusCode::kMismatch;
+      e.error_message = describe(p.by_rank[r]) + " (in a group of " +
+                        std::to_string(p.by_rank[r].group_size) + " on rank " +
+                        std::to_string(r) + "): its group cannot run: " + failed.second;
+      ready_.push_back(std::move(e));
+      it = table_.erase(it);
+    }
+  }
+  failed_groups_.clear();
 }
 
 void Coordinator::checkReady(const std::string& name) {
@@ -145,6 +195,7 @@ void Coordinator::checkReady(const std::string& name) {
   }
   Request sample = p.by_rank[first];
   Response response = build(name, p);
+  if (response.type == ResponseType::kError) noteFailedGroups(p, response.error_message);
   table_.erase(it);
   emit(std::move(response), sample);
 }

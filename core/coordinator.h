@@ -6,7 +6,9 @@
 //   c. validates a ready name (same op, dtype, device, shape/trailing dims, reduce op,
 //      scale factors, root, splits, group on every rank) and turns it into a Response, or
 //      into an ERROR response naming the tensor, the field and the ranks;
-//   d. holds a grouped allreduce back until every tensor of its group is ready;
+//   d. holds a grouped allreduce back until every tensor of its group is ready; a tensor
+//      that fails (the ranks grouped it differently, say) fails its groups as a whole, on
+//      every rank, including the tensors only some ranks submitted;
 //   e. answers join once every member has joined.
 // Pure: no threads, no communication, no clock of its own. Not thread-safe.
 #pragma once
@@ -47,6 +49,11 @@ class Coordinator {
   void checkReady(const std::string& name);
   Response build(const std::string& name, const Pending& pending) const;
   void emit(Response response, const Request& sample);
+  // A grouped tensor failed (`why`; ranks that grouped it differently, say): its groups fail
+  // as a whole once the batch is in (failGroups), instead of waiting for tensors that never
+  // come.
+  void noteFailedGroups(const Pending& pending, const std::string& why);
+  void failGroups();
 
   int size_;
   std::map<std::string, Pending> table_;
@@ -54,6 +61,7 @@ class Coordinator {
   int joined_count_ = 0;
   int last_joined_ = -1;
   std::map<std::string, std::vector<Response>> groups_;  // group key -> ready members
+  std::map<std::string, std::string> failed_groups_;     // group key -> why, this batch
   std::vector<Response> ready_;
 };
 

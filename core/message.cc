@@ -228,4 +228,35 @@ ResponseList parseResponseList(const std::string& bytes) {
   return list;
 }
 
+void checkResponseForSet(const Response& r, int set_size) {
+  if (r.names.empty()) malformed("a response without a tensor name");
+  if (r.type == ResponseType::kError) return;
+  const std::string what = std::string(opTypeName(r.op)) + " " + quotedName(r.names[0]);
+  auto bad = [&](const std::string& expected, const std::string& got) {
+    malformed(what + ": expected " + expected + " for a process set of " +
+              std::to_string(set_size) + ", got " + got);
+  };
+  const size_t n = static_cast<size_t>(set_size);
+  int64_t rows = 0;
+  switch (r.op) {
+    case OpType::kAllgather:
+      if (r.first_dims.size() != n)
+        bad("one row count per member", std::to_string(r.first_dims.size()));
+      for (int64_t d : r.first_dims)
+        if (!checkedAdd(rows, d, &rows))
+          bad("rows that sum within int64", shapeString(r.first_dims));
+      break;
+    case OpType::kAlltoall:
+      if (r.splits.size() != n * n)
+        bad(std::to_string(n * n) + " splits", std::to_string(r.splits.size()));
+      break;
+    case OpType::kBroadcast:
+      if (r.root < 0 || r.root >= set_size) bad("a root in [0, " + std::to_string(set_size) + ")",
+                                                 std::to_string(r.root));
+      break;
+    default:
+      break;
+  }
+}
+
 }  // namespace tutti

@@ -65,4 +65,10 @@ RequestList parseRequestList(const std::string& bytes);
 std::string serialize(const ResponseList& list);
 ResponseList parseResponseList(const std::string& bytes);
 
+// What a member checks of a response from its set's root before the executor uses it, given
+// the set's size: one row count per member that sum within int64 (allgather), size x size
+// splits (alltoall), a root inside the set (broadcast). Throws Error(kInternal) naming the
+// tensor, what was expected and what came.
+void checkResponseForSet(const Response& r, int set_size);
+
 }  // namespace tutti

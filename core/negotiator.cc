@@ -11,17 +11,35 @@ constexpr std::chrono::seconds kHitPatience(1);
 
 }  // namespace
 
+template <typename Parse>
+auto Negotiator::fromPeer(int rank, const char* who, Parse parse) const -> decltype(parse()) {
+  try {
+    return parse();
+  } catch (const Error& e) {
+    throwError(e.code(), "process set " + std::to_string(id_) + ": from rank " +
+                             std::to_string(rank) + " (" + who + "): " + e.what());
+  }
+}
+
 RoundBits::RoundBits(size_t nsets, int64_t cache_capacity)
-    : head_words_((1 + 2 * nsets + 63) / 64),
+    : capacity_(cache_capacity),
+      head_words_((1 + 2 * nsets + 63) / 64),
       section_words_(static_cast<size_t>((cache_capacity + 63) / 64)),
       words_(head_words_ + 2 * nsets * section_words_, ~uint64_t(0)) {}
+
+void RoundBits::beyondCapacity(size_t set, int slot) const {
+  throwError(StatusCode::kInternal,
+             "the round's bits of process set index " + std::to_string(set) +
+                 " name response cache slot " + std::to_string(slot) + ", beyond its capacity " +
+                 std::to_string(capacity_) + " (do the ranks disagree on TUTTI_CACHE_CAPACITY?)");
+}
 
 void RoundBits::clearHits(size_t set) {
   for (size_t w = 0; w < section_words_; ++w) words_[hits(set) / 64 + w] = 0;
 }
 
 Negotiator::Negotiator(int set_id, int rank, int size, int64_t cache_capacity)
-    : id_(set_id), rank_(rank), coordinator_(size), cache_(cache_capacity) {}
+    : id_(set_id), rank_(rank), size_(size), coordinator_(size), cache_(cache_capacity) {}
 
 template <typename Drop>
 void Negotiator::dropHits(std::vector<Request>& out, Drop drop) {
@@ -111,17 +129,36 @@ Agreement Negotiator::agree(const RoundBits& bits, size_t index, ControlPlane& c
   // 3. The cache learns this round's agreements, in agreed order, before execution takes
   //    the entries (every member holds an identical request for each). A hit still waiting
   //    for a slot that gets replaced is negotiated in full next round.
-  if (!someone_joined && cache_on_) {
+  //    The root's counts must be this rank's own: the executor copies that many elements.
+  const bool learn = !someone_joined && cache_on_;
+  if (learn)
     for (int slot : ready) cache_.touch(slot);
-    for (size_t k = out.cached; k < out.responses.size(); ++k) {
-      const Response& r = out.responses[k];
-      if (r.type != ResponseType::kOp || r.names.size() != 1) continue;
-      auto q = queue.peek(r.names[0]);
-      if (!q) continue;
-      const int replaced = cache_.put(*q, r);
-      if (replaced >= 0)
-        dropHits(demoted_, [replaced](const CacheHit& h) { return h.slot == replaced; });
-    }
+  for (size_t k = out.cached; k < out.responses.size(); ++k) {
+    const Response& r = out.responses[k];
+    if (r.type != ResponseType::kOp || r.names.size() != 1) continue;
+    auto q = queue.peek(r.names[0]);
+    if (!q) continue;
+    if (r.counts.size() == 1 && r.counts[0] != shapeElements(q->shape))
+      throwError(StatusCode::kInternal,
+                 fromRoot(r) + ": agreed " + std::to_string(r.counts[0]) +
+                     " elements, but this rank's tensor has " +
+                     std::to_string(shapeElements(q->shape)) + " (shape " +
+                     shapeString(q->shape) + ")");
+    const auto me = static_cast<size_t>(rank_);
+    if (r.op == OpType::kAllgather && !q->shape.empty() && r.first_dims[me] != q->shape[0])
+      throwError(StatusCode::kInternal, fromRoot(r) + ": agreed " +
+                                            std::to_string(r.first_dims[me]) +
+                                            " rows from this rank, but its tensor has " +
+                                            std::to_string(q->shape[0]));
+    if (r.op == OpType::kAlltoall && q->splits.size() == static_cast<size_t>(size_) &&
+        !std::equal(q->splits.begin(), q->splits.end(),
+                    r.splits.begin() + static_cast<std::ptrdiff_t>(me) * size_))
+      throwError(StatusCode::kInternal,
+                 fromRoot(r) + ": agreed other send splits for this rank than its own");
+    if (!learn) continue;
+    const int replaced = cache_.put(*q, r);
+    if (replaced >= 0)
+      dropHits(demoted_, [replaced](const CacheHit& h) { return h.slot == replaced; });
   }
   for (const auto& r : out.responses) {
     if (r.op == OpType::kJoin) joined_ = false;  // it runs this round
@@ -148,7 +185,8 @@ void Negotiator::negotiate(ControlPlane& control, Deadline deadline, Timeline* t
     const auto now = Clock::now();
     std::vector<Request> arrived;
     for (int r = 0; r < static_cast<int>(gathered.size()); ++r) {
-      auto requests = parseRequestList(gathered[r]).requests;
+      auto requests =
+          fromPeer(r, "a member", [&] { return parseRequestList(gathered[r]); }).requests;
       coordinator_.addRequests(r, requests, now);
       if (tl)
         for (auto& q : requests) {
@@ -162,9 +200,19 @@ void Negotiator::negotiate(ControlPlane& control, Deadline deadline, Timeline* t
     out.fatal_error = stall_;
     answer = serialize(out);
   }
-  ResponseList in = parseResponseList(control.broadcast(answer, deadline));
+  const std::string agreed = control.broadcast(answer, deadline);
+  ResponseList in = fromPeer(0, "the set's root", [&] {
+    ResponseList list = parseResponseList(agreed);
+    for (const auto& r : list.responses) checkResponseForSet(r, size_);
+    return list;
+  });
   if (!in.fatal_error.empty()) throwError(StatusCode::kTimeout, in.fatal_error);
   for (auto& r : in.responses) responses->push_back(std::move(r));
+}
+
+std::string Negotiator::fromRoot(const Response& r) const {
+  return "process set " + std::to_string(id_) + ": from rank 0 (the set's root): " +
+         opTypeName(r.op) + " " + quotedName(r.names[0]);
 }
 
 void Negotiator::markMissing(const std::vector<Request>& arrived, Clock::time_point now,

@@ -51,13 +51,16 @@ class RoundBits {
   void clearHits(size_t set);  // the whole "I hold" section
   // Calls fn(slot) for each slot of `set`, in slot order, that every member holds (hit)
   // and that is still valid; stale(slot) for each slot some member found stale. Word by
-  // word: a round costs the same whatever the cache's capacity.
+  // word: a round costs the same whatever the cache's capacity. The bits come from every
+  // rank: one past the capacity (in the last word) is an Error(kInternal), never an index.
   template <typename Ready, typename Stale>
   void scan(size_t set, Ready ready, Stale stale) const;
 
  private:
+  [[noreturn]] void beyondCapacity(size_t set, int slot) const;
   size_t hits(size_t set) const { return (head_words_ + 2 * set * section_words_) * 64; }
   size_t valids(size_t set) const { return (head_words_ + (2 * set + 1) * section_words_) * 64; }
+  int64_t capacity_;
   size_t head_words_, section_words_;
   std::vector<uint64_t> words_;
 };
@@ -68,6 +71,10 @@ void RoundBits::scan(size_t set, Ready ready, Stale stale) const {
   const uint64_t* valid = &words_[valids(set) / 64];
   for (size_t w = 0; w < section_words_; ++w) {
     const int base = static_cast<int>(w * 64);
+    // Past the capacity the valid bits stay ones and the hit bits zeros on every rank.
+    const uint64_t beyond = base + 64 <= capacity_ ? 0 : ~uint64_t(0) << (capacity_ - base);
+    if ((~valid[w] | hit[w]) & beyond)
+      beyondCapacity(set, base + __builtin_ctzll((~valid[w] | hit[w]) & beyond));
     for (uint64_t b = ~valid[w]; b; b &= b - 1) stale(base + __builtin_ctzll(b));
     for (uint64_t b = hit[w] & valid[w]; b; b &= b - 1) ready(base + __builtin_ctzll(b));
   }
@@ -116,9 +123,14 @@ class Negotiator {
   void negotiate(ControlPlane& control, Deadline deadline, Timeline* tl,
                  std::vector<Response>* responses);
   void markMissing(const std::vector<Request>& arrived, Clock::time_point now, Timeline* tl);
+  // parse(), its Error prefixed with the set and the rank (in the set) the bytes came from.
+  template <typename Parse>
+  auto fromPeer(int rank, const char* who, Parse parse) const -> decltype(parse());
+  std::string fromRoot(const Response& r) const;  // "process set 1: from rank 0 ...: op 'x'"
 
   const int id_;
   const int rank_;
+  const int size_;
   Coordinator coordinator_;
   ResponseCache cache_;
   bool cache_on_ = true;

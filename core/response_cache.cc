@@ -45,8 +45,24 @@ int ResponseCache::slotOfName(const std::string& name) const {
   return it == by_name_.end() ? -1 : it->second;
 }
 
+size_t ResponseCache::inside(int slot) const {
+  if (slot < 0 || static_cast<size_t>(slot) >= slots_.size())
+    throwError(StatusCode::kInternal, "response cache slot " + std::to_string(slot) +
+                                          " is outside the cache of " +
+                                          std::to_string(slots_.size()) + " slots");
+  return static_cast<size_t>(slot);
+}
+
+size_t ResponseCache::held(int slot) const {
+  const size_t i = inside(slot);
+  if (slots_[i].last_used == 0)
+    throwError(StatusCode::kInternal, "response cache slot " + std::to_string(slot) +
+                                          " is empty on this rank but ready on every member");
+  return i;
+}
+
 void ResponseCache::erase(int slot) {
-  Slot& s = slots_[slot];
+  Slot& s = slots_[inside(slot)];
   if (s.last_used == 0) return;
   index_.erase(s.key);
   by_name_.erase(s.name);
@@ -80,7 +96,7 @@ int ResponseCache::put(const Request& q, const Response& r) {
     by_name_[q.name] = slot;
   }
   slots_[slot].response = r;
-  touch(slot);
+  slots_[slot].last_used = ++clock_;
   return replaced;
 }
 

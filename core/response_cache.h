@@ -27,8 +27,10 @@ class ResponseCache {
   int lookup(const Request& q) const;
   // The slot holding a response for this name with any other signature, or -1.
   int slotOfName(const std::string& name) const;
-  const Response& response(int slot) const { return slots_[slot].response; }
-  void touch(int slot) { slots_[slot].last_used = ++clock_; }
+  // A slot (from the round's bits: another rank's data) outside the cache, or empty where
+  // a response is read, is an Error(kInternal), never an index.
+  const Response& response(int slot) const { return slots_[held(slot)].response; }
+  void touch(int slot) { slots_[held(slot)].last_used = ++clock_; }
   // Stores `r` (agreed for `q`), replacing the least recently used entry when full.
   // Returns the slot whose previous entry was replaced, or -1.
   int put(const Request& q, const Response& r);
@@ -37,6 +39,8 @@ class ResponseCache {
 
  private:
   static void key(const Request& q, std::string* out);
+  size_t inside(int slot) const;  // checked index
+  size_t held(int slot) const;    // checked index of a slot holding a response
   struct Slot {
     std::string key;
     std::string name;

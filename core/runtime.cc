@@ -2,6 +2,7 @@
 
 #include "backends/registry.h"
 #include "base/logging.h"
+#include "core/settings_agreement.h"
 #include "core/topology.h"
 #include "core/validation.h"
 
@@ -102,9 +103,13 @@ std::shared_ptr<ProcessSet> Runtime::createSet(int id, std::vector<int> ranks) {
     set->control = transport_->makeControlPlane(set->ranks, id);
     // The global set's control plane is the first channel to every rank: the topology is
     // measured over it before any backend is made (NCCL picks its GPU by local rank).
-    if (id == 0)
+    // The settings every rank must give alike are compared over it too
+    // (core/settings_agreement.h).
+    if (id == 0) {
       config_.topology = measureTopology(config_.topology, *set->control,
                                          deadlineAfter(config_.start_timeout_seconds));
+      agreeSettings(config_, *set->control, deadlineAfter(config_.start_timeout_seconds));
+    }
     set->backends =
         makeBackends(*transport_, *set->control, set->ranks, id, backendOptions(config_));
     logSetBackends(*set);

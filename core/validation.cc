@@ -42,6 +42,11 @@ void validateRequest(const Request& q, int set_size) {
   if ((q.op == OpType::kAllgather || q.op == OpType::kAlltoall || q.op == OpType::kReducescatter) &&
       q.shape.empty())
     invalid(q, "needs a tensor with at least one dimension, got a scalar");
+  // A group's size comes from the submitting rank: the coordinator holds that many members.
+  constexpr int32_t kMaxGroup = 1 << 24;
+  if (!q.group.empty() && (q.group_size < 2 || q.group_size > kMaxGroup))
+    invalid(q, "group " + quotedName(q.group) + " of " + std::to_string(q.group_size) +
+                   " tensors, expected 2 to " + std::to_string(kMaxGroup));
   if (q.op == OpType::kBroadcast && (q.root < 0 || q.root >= set_size))
     invalid(q, "root " + std::to_string(q.root) + " is outside the process set (expected 0.." +
                    std::to_string(set_size - 1) + ")");

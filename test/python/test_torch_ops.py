@@ -99,7 +99,10 @@ def test_allreduce_in_place_and_async(rank, size):
     assert result is tensor2 and torch.equal(tensor2, torch.full((6,), float(size - 1)))
     handle = hvd.allreduce_async(torch.ones(2), name="ar.async", op=hvd.Sum)
     assert torch.equal(hvd.synchronize(handle), torch.full((2,), float(size)))
-    assert hvd.synchronize(handle) is None  # already synchronized, as Horovod
+    with pytest.raises(ValueError, match="already synchronized handle %d" % int(handle)):
+        hvd.synchronize(handle)  # a second wait is the caller's mistake, never a None result
+    with pytest.raises(ValueError, match="unknown or already synchronized handle 987654"):
+        hvd.synchronize(987654)
 
 
 def test_allreduce_non_contiguous(rank, size):

@@ -42,6 +42,35 @@ TEST_CASE("config parses every kind of value") {
   CHECK(c.cache_capacity == 0);
 }
 
+TEST_CASE("an empty value counts as unset: the default, never a silent false") {
+  Env env = {{"TUTTI_SHM", ""}, {"TUTTI_HIERARCHICAL_ALLREDUCE", ""}, {"TUTTI_CYCLE_TIME_MS", ""},
+             {"TUTTI_CACHE_CAPACITY", ""}, {"TUTTI_LOG_LEVEL", ""}, {"HOROVOD_AUTOTUNE", ""}};
+  Config c = parseConfig(&env);
+  CHECK(c.shm);  // the default 1, not false
+  CHECK(c.hierarchical_allreduce);
+  CHECK_FALSE(c.autotune);
+  CHECK(c.cycle_time_ms == 1.0);
+  CHECK(c.cache_capacity == 1024);
+  CHECK(c.log_level == LogLevel::kWarning);
+  CHECK(c.given.empty());  // tutti-info says "(default)"
+  for (const auto& line : settingsInForce(c))
+    if (line.rfind("TUTTI_SHM=", 0) == 0) CHECK(line == "TUTTI_SHM=1 (default)");
+}
+
+TEST_CASE("the table says for every variable whose value counts across ranks") {
+  std::vector<std::string> must_agree;
+  for (const auto& var : configTable())
+    if (var.across == AcrossRanks::kMustAgree) must_agree.push_back(var.name);
+  CHECK(must_agree == std::vector<std::string>{"TUTTI_FUSION_THRESHOLD", "TUTTI_CACHE_CAPACITY",
+                                               "TUTTI_AUTOTUNE"});
+  const std::string table = configMarkdown();
+  CHECK(table.find("| Variable | Type | Default | Range | Across ranks | Meaning |") == 0);
+  CHECK(table.find("| `TUTTI_CACHE_CAPACITY` | int | 1024 | [0, 1048576] | must agree (checked "
+                   "at init) |") != std::string::npos);
+  CHECK(table.find("| `TUTTI_HIERARCHICAL_ALLREDUCE` | bool | 1 | 0, 1 | the set's first "
+                   "rank's |") != std::string::npos);
+}
+
 TEST_CASE("a bad value is an error naming the variable, the value and what was expected") {
   auto message = [](Env env) {
     try {

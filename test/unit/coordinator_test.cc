@@ -2,6 +2,9 @@
 
 #include "test/catch.h"
 
+#include <algorithm>
+#include <cmath>
+
 using namespace tutti;
 
 namespace {
@@ -188,6 +191,83 @@ TEST_CASE("a grouped allreduce is released only when every member is ready") {
   CHECK(c.takeReady().empty());
   c.addRequests(1, {grouped("y")}, now);
   CHECK(names(c.takeReady()) == std::vector<std::string>{"x", "y"});
+}
+
+TEST_CASE("grouped differently on two ranks: every tensor of both groups fails, none waits") {
+  auto group = [](std::vector<std::string> names) {
+    std::vector<Request> out;
+    for (const auto& n : names) {
+      Request q = req(n);
+      q.group = names[0] + "/" + std::to_string(names.size());
+      q.group_size = static_cast<int32_t>(names.size());
+      out.push_back(q);
+    }
+    return out;
+  };
+  auto now = Clock::now();
+  for (int larger = 0; larger < 2; ++larger) {  // the larger group on rank 0, then on rank 1
+    for (int first = 0; first < 2; ++first) {    // which rank's requests arrive first
+      INFO("larger group on rank " << larger << ", rank " << first << " first");
+      Coordinator c(2);
+      std::vector<std::vector<Request>> by_rank(2);
+      by_rank[larger] = group({"a", "b", "c"});
+      by_rank[1 - larger] = group({"a", "b"});
+      c.addRequests(first, by_rank[first], now);
+      c.addRequests(1 - first, by_rank[1 - first], now);
+      auto ready = c.takeReady();
+      std::vector<std::string> got = names(ready);
+      std::sort(got.begin(), got.end());
+      CHECK(got == std::vector<std::string>{"a", "b", "c"});
+      for (const auto& r : ready) {
+        CHECK(r.type == ResponseType::kError);
+        CHECK(r.error_code == StatusCode::kMismatch);
+        const std::string sizes = "group size " + std::to_string(larger == 0 ? 3 : 2) +
+                                  " on rank 0 but " + std::to_string(larger == 0 ? 2 : 3) +
+                                  " on rank 1";
+        CHECK(r.error_message.find(sizes) != std::string::npos);
+      }
+      CHECK_FALSE(c.hasPending());
+      CHECK(c.stalled(now + std::chrono::hours(1), 0).empty());
+    }
+  }
+  // Grouped on one rank, alone on the other: the group's other tensor fails too.
+  Coordinator c(2);
+  c.addRequests(0, {req("a")}, now);
+  c.addRequests(1, group({"a", "b"}), now);
+  auto ready = c.takeReady();
+  REQUIRE(ready.size() == 2);
+  CHECK(ready[0].error_message == "allreduce 'a': group size 1 on rank 0 but 2 on rank 1");
+  CHECK(ready[1].names == std::vector<std::string>{"b"});
+  CHECK(ready[1].error_message ==
+        "allreduce 'b' (in a group of 2 on rank 1): its group cannot run: allreduce 'a': "
+        "group size 1 on rank 0 but 2 on rank 1");
+  CHECK_FALSE(c.hasPending());
+  // The next step, grouped alike, runs.
+  c.addRequests(0, group({"a", "b"}), now);
+  c.addRequests(1, group({"a", "b"}), now);
+  ready = c.takeReady();
+  REQUIRE(ready.size() == 2);
+  CHECK(ready[0].type == ResponseType::kOp);
+  CHECK(ready[1].type == ResponseType::kOp);
+}
+
+TEST_CASE("scale factors: NaN equals NaN, and values that differ are printed apart") {
+  Request a = req("s");
+  Request b = a;
+  a.prescale = b.prescale = std::nan("");
+  CHECK(decide(2, {a, b}).type == ResponseType::kOp);
+  a.postscale = 0.1;
+  b.postscale = 0.1 + 2e-16;  // differs in the 16th digit
+  Response r = decide(2, {a, b});
+  CHECK(r.error_message ==
+        "allreduce 's': postscale 0.1 on rank 0 but 0.1000000000000002 on rank 1");
+  b.postscale = std::nan("");
+  CHECK(decide(2, {a, b}).error_message ==
+        "allreduce 's': postscale 0.1 on rank 0 but nan on rank 1");
+  a.postscale = b.postscale = 1;
+  b.prescale = 1.0 / 3;
+  CHECK(decide(2, {a, b}).error_message ==
+        "allreduce 's': prescale nan on rank 0 but 0.3333333333333333 on rank 1");
 }
 
 TEST_CASE("stalled names report the missing ranks") {

@@ -7,6 +7,7 @@
 #include "test/backends/backend_test_util.h"
 #include "test/catch.h"
 
+#include <cstdint>
 #include <functional>
 #include <thread>
 
@@ -218,5 +219,106 @@ TEST_CASE("negotiator: with the cache switched off every op is negotiated; back 
     m.negotiator.useCache(true);
     expect(f, m, m.round({req("a")}), "0 cached: allreduce a", "cache back on, empty");
     expect(f, m, m.round({req("a")}), "1 cached: allreduce a", "cache back on, filled");
+  });
+}
+
+namespace {
+
+// The message of the Error that fn() throws, or "" when it throws none.
+std::string thrown(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("negotiator: the round's bits past the cache's capacity are an error, not a slot") {
+  // A peer with a larger cache (or any bad bits) clears a valid bit or sets a hit bit past
+  // this rank's capacity: the scan must not hand out that slot.
+  for (int64_t capacity : {8, 64, 70}) {
+    INFO("capacity " << capacity);
+    auto scanned = [&](RoundBits& bits) {
+      return thrown([&] { bits.scan(0, [](int) {}, [](int) {}); });
+    };
+    RoundBits ok(1, capacity);
+    ok.clearHits(0);
+    ok.set(ok.hit(0, static_cast<int>(capacity - 1)));
+    ok.clear(ok.valid(0, 0));
+    CHECK(scanned(ok).empty());
+    if (capacity % 64 == 0) continue;  // no bit past the capacity in the last word
+    RoundBits stale(1, capacity);
+    stale.clearHits(0);
+    stale.clear(stale.valid(0, static_cast<int>(capacity)));
+    CHECK(scanned(stale).find("name response cache slot " + std::to_string(capacity) +
+                              ", beyond its capacity " + std::to_string(capacity)) !=
+          std::string::npos);
+    RoundBits hit(1, capacity);
+    hit.clearHits(0);
+    hit.set(hit.hit(0, static_cast<int>(capacity) + 1));
+    CHECK(scanned(hit).find("TUTTI_CACHE_CAPACITY") != std::string::npos);
+  }
+}
+
+TEST_CASE("response cache: a slot outside the cache or empty is an error, not an index") {
+  ResponseCache cache(8);
+  CHECK(thrown([&] { cache.erase(8); }).find("slot 8 is outside the cache of 8") !=
+        std::string::npos);
+  CHECK_FALSE(thrown([&] { cache.erase(-1); }).empty());
+  CHECK_FALSE(thrown([&] { cache.touch(100); }).empty());
+  CHECK(thrown([&] { cache.response(3); }).find("slot 3 is empty") != std::string::npos);
+  Request q = req("x");
+  Response r;
+  r.names = {"x"};
+  r.counts = {4};
+  CHECK(cache.put(q, r) == -1);
+  const int slot = cache.lookup(q);
+  REQUIRE(slot >= 0);
+  CHECK(cache.response(slot).names == r.names);
+  CHECK(thrown([&] { cache.erase(slot); }).empty());
+}
+
+TEST_CASE("negotiator: a root's response that does not fit the set is an error") {
+  Response r;
+  r.op = OpType::kAllgather;
+  r.names = {"g"};
+  r.first_dims = {1, 2};
+  CHECK(thrown([&] { checkResponseForSet(r, 2); }).empty());
+  CHECK(thrown([&] { checkResponseForSet(r, 3); }) ==
+        "malformed response list: allgather 'g': expected one row count per member for a "
+        "process set of 3, got 2");
+  r.first_dims = {INT64_MAX, 1};
+  CHECK(thrown([&] { checkResponseForSet(r, 2); }).find("sum within int64") != std::string::npos);
+  r.op = OpType::kAlltoall;
+  r.splits = {1, 2, 3};
+  CHECK(thrown([&] { checkResponseForSet(r, 2); }).find("expected 4 splits") != std::string::npos);
+  r.op = OpType::kBroadcast;
+  r.root = 2;
+  CHECK(thrown([&] { checkResponseForSet(r, 2); }).find("a root in [0, 2)") != std::string::npos);
+  r.type = ResponseType::kError;  // an error carries nothing the executor uses
+  CHECK(thrown([&] { checkResponseForSet(r, 2); }).empty());
+}
+
+TEST_CASE("negotiator: a malformed request list is an error naming the member it came from") {
+  runMembers(2, [](Member& m, Failures& f) {
+    if (m.rank == 0) {
+      const std::string got = thrown([&] { m.round({req("x")}); });
+      if (got.find("process set 0: from rank 1 (a member): malformed request list") ==
+          std::string::npos)
+        f.add("rank 0: expected the malformed list from rank 1 named, got '" + got + "'");
+      return;
+    }
+    // Rank 1 takes part in the round by hand and sends bytes that are no request list.
+    RoundBits bits(1, kCapacity);
+    bits.clear(bits.noNew(0));
+    m.control->allreduceAnd(bits.words(), deadlineAfter(10));
+    m.control->gather("not a request list", deadlineAfter(10));
+    try {
+      m.control->broadcast("", deadlineAfter(1));  // rank 0 stopped: no answer comes
+    } catch (const std::exception&) {
+    }
   });
 }

@@ -120,6 +120,27 @@ TEST_CASE("a huge name is refused, and echoed shortened") {
   CHECK(contains(message, "name is 102400 bytes, expected at most 4096"));
 }
 
+TEST_CASE("a group size from another rank is checked before the coordinator holds a group") {
+  TensorEntry e = entry(OpType::kAllreduce, {4});
+  e.request.group = "t/2";
+  e.request.group_size = 2;
+  CHECK(refusal(e) == "accepted");
+  for (int32_t bad : {0, 1, -5, (1 << 24) + 1}) {
+    e.request.group_size = bad;
+    CHECK(refusal(e) == "allreduce 't': group 't/2' of " + std::to_string(bad) +
+                            " tensors, expected 2 to 16777216");
+  }
+  // At the coordinator: an error on every rank's handle, not a group waiting for ever.
+  Request q = e.request;
+  Coordinator c(2);
+  c.addRequests(0, {q}, Clock::now());
+  c.addRequests(1, {q}, Clock::now());
+  auto ready = c.takeReady();
+  REQUIRE(ready.size() == 1);
+  CHECK(ready[0].type == ResponseType::kError);
+  CHECK(contains(ready[0].error_message, "(request of rank 0)"));
+}
+
 TEST_CASE("the coordinator checks counts from other ranks") {
   auto request = [](std::vector<int64_t> shape) {
     Request q;

@@ -76,13 +76,16 @@ def poll(handle: int) -> bool:
 
 
 def synchronize(handle: int) -> Any:
-    """Waits for the op and returns its output (None for an unknown handle, as Horovod).
+    """Waits for the op and returns its output.
 
-    Raises TuttiError (alias HorovodInternalError) with the runtime's message on failure.
+    Raises TuttiError (alias HorovodInternalError) with the runtime's message on failure, and
+    ValueError for a handle that is unknown or was synchronized already (as poll() does;
+    Horovod returns None there, which hides a second wait on a handle as a None result).
     """
     entry = _handle_map.pop(int(handle), None)
     if entry is None:
-        return None
+        raise ValueError("synchronize(): unknown or already synchronized handle %d"
+                         % int(handle))
     if entry._parts is not None:
         outputs = []
         for part in entry._parts:
