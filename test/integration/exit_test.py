@@ -77,6 +77,32 @@ class ExitTest(unittest.TestCase):
                            ["allreduce 'never.arrives' (process set 0)", "rank(s) 1",
                             "TUTTI_TIMEOUT_SECONDS"])
 
+    def test_failed_peer_that_keeps_running(self):
+        """Rank 1's runtime fails (its own 1 s deadline passes) and the process keeps
+        running: under MPI the others learn it through the alarm within seconds, with a
+        message naming rank 1 and its reason, not after their own 60 s deadline; under gloo
+        the closed pairs end their ops."""
+        for launcher in LAUNCHERS[:2]:
+            for np in (2, 3):
+                with self.subTest(launcher=launcher, np=np):
+                    job = Job(launcher, np, ["fail", "1"], limit=50,
+                              env={"TUTTI_TIMEOUT_SECONDS": "60", "TUTTI_SHM": "0"})
+                    # rank 1 fails after 1 s + the 3 s verdict grace; the others just after
+                    self.check(job, 3, 20, ["rank 1: own runtime failed", "FAILED"])
+                    if launcher == "mpirun":
+                        self.assertIn("rank 1 failed and stopped the job (its error: rank 1: "
+                                      "allreduce 'only.mine'", job.output, job.what)
+
+    def test_stopped_rank_is_named(self):
+        """A SIGSTOPped rank 2 of 4 (no ring neighbour of rank 0, whose code the launcher
+        reports), over the transport (TUTTI_SHM=0): the error names it (its process is
+        stopped on this host), not the neighbour that waited for it."""
+        for launcher in LAUNCHERS[:2]:
+            with self.subTest(launcher=launcher):
+                job = Job(launcher, 4, ["sigstop", "2"], env={"TUTTI_SHM": "0"})
+                self.check(job, (3, 1), TIMEOUT + 20,
+                           ["rank 0: FAILED", "world rank 2 (pid ", "is stopped (state T"])
+
     def test_start_timeout_is_not_the_op_deadline(self):
         """Defect 5: a start timeout of 1 s (tuttirun --start-timeout, or
         TUTTI_START_TIMEOUT_SECONDS) does not limit a 3 s step in which rank 0 works alone;
