@@ -318,6 +318,7 @@ class MpiBackend : public Backend, private MpiMember {
         };
         int64_t waiting_from = -1, waiting_to = -1;  // the range waitRequests abandons
         auto waitFor = [&](int64_t from, int64_t to) {
+          if (to <= from) return;
           waiting_from = from;
           waiting_to = to;
           waitRequests(&requests_[from], static_cast<int>(to - from), deadline, start, what,

@@ -84,8 +84,12 @@ class ExitTest(unittest.TestCase):
         gloo rank 1 closes its pairs, which usually ends the others' ops at once; but a send
         of rank 0's that is pending on a closed pair was seen to wait out its deadline, so
         gloo is not asserted here yet.)"""
+        # np 2 only under mpirun: at np 3, once the two failed ranks have called MPI_Abort
+        # and every rank is gone, Open MPI 4.1.4's mpiexec was seen to hang or crash (SIGSEGV
+        # in PMIx_server_finalize) in about 1 of 3 runs; backends.mpi_abort.np3 covers the
+        # alarm at np 3.
         for launcher in [l for l in LAUNCHERS if l == "mpirun"]:
-            for np in (2, 3):
+            for np in (2,):
                 with self.subTest(launcher=launcher, np=np):
                     job = Job(launcher, np, ["fail", "1"], limit=50,
                               env={"TUTTI_TIMEOUT_SECONDS": "60", "TUTTI_SHM": "0"})
@@ -97,10 +101,10 @@ class ExitTest(unittest.TestCase):
     def test_stopped_rank_is_named(self):
         """A SIGSTOPped rank, over the transport (TUTTI_SHM=0): the error of rank 0 (whose
         code the launcher reports) names it, as stopped on this host. gloo: rank 2 of 4, no
-        ring neighbour of rank 0 (which blamed its neighbour 3 before). mpirun: rank 1 of 3
-        (no rank was named before; at np 4 mpiexec itself was seen to crash in
-        PMIx_server_finalize while tearing down the stopped process)."""
-        for launcher, np, stopped in (("gloo", 4, 2), ("mpirun", 3, 1)):
+        ring neighbour of rank 0 (which blamed its neighbour 3 before). mpirun: rank 1 of 2
+        (no rank was named before; with more ranks, several MPI_Aborts end the job, after
+        which mpiexec 4.1.4 was seen to hang or crash in PMIx_server_finalize)."""
+        for launcher, np, stopped in (("gloo", 4, 2), ("mpirun", 2, 1)):
             if launcher not in LAUNCHERS:
                 continue
             with self.subTest(launcher=launcher):
