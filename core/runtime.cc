@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 
 namespace tutti {
 
@@ -255,9 +256,24 @@ void Runtime::failJob(const Status& status) {
   std::unique_lock<std::mutex> lock(wake_mu_);
   wake_cv_.notify_all();
   if (onBackgroundThread()) return;  // a callback: the thread stops when it returns
-  // The aborts make every wait of the background thread fail at once; a blocking MPI call
-  // is bounded by its watchdog.
-  wake_cv_.wait_for(lock, std::chrono::seconds(10), [this] { return thread_exited_; });
+  // Returns only once the background thread (which joins the executor thread first) has
+  // let go of every queued entry, so that no backend call writes into a buffer that the
+  // caller gets back. The aborts end every backend wait within one poll; a call that
+  // ignores them still ends at its own deadline (TUTTI_TIMEOUT_SECONDS). If even that
+  // passes, the buffers can never be handed back safely: the process is ended instead.
+  auto exited = [this] { return thread_exited_; };
+  if (wake_cv_.wait_for(lock, std::chrono::seconds(10), exited)) return;
+  TUTTI_LOG(kError) << "the background thread is still in a backend call 10 s after the "
+                       "abort; waiting for it (at most TUTTI_TIMEOUT_SECONDS=" +
+                           secondsText(config_.timeout_seconds) + " more)";
+  if (wake_cv_.wait_for(lock, std::chrono::duration<double>(config_.timeout_seconds + 5.0),
+                        exited))
+    return;
+  std::fprintf(stderr, "tutti: rank %d: the background thread never left its backend call "
+                       "after the abort, so the buffers of the ops in flight cannot be handed "
+                       "back; the process is ended (exit code 1)\n", config_.topology.rank);
+  std::fflush(nullptr);
+  std::_Exit(1);
 }
 
 Status Runtime::addProcessSet(std::vector<int> ranks, int* id) {

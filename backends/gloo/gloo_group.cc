@@ -21,6 +21,17 @@ std::chrono::milliseconds timeoutFor(Deadline deadline) {
   return left.count() < 1 ? std::chrono::milliseconds(1) : left;
 }
 
+// gloo pairs a send with a receive of the same slot and compares their sizes only on its
+// own device thread: a send larger than the receive is an EnforceNotMet there, which no
+// caller can catch (std::terminate), and a smaller one completes the receive short,
+// silently. So the slot of a pair's messages in one exchange also carries the bytes that
+// pair moves (folded into gloo's 24 low slot bits): ranks that disagree on a size never
+// match, and the receive fails at its deadline naming the peer and the bytes expected.
+uint64_t slotFor(uint64_t base, size_t pair_bytes) {
+  const uint64_t b = pair_bytes;
+  return base | ((b ^ (b >> 24) ^ (b >> 48)) & 0xffffff);
+}
+
 bool isTimeout(const std::string& message) {
   return message.find("Timed out") != std::string::npos ||
          message.find("timed out") != std::string::npos;
@@ -45,6 +56,21 @@ void GlooPoison::spread(GlooGroup* origin, StatusCode code, const std::string& m
   if (!first_.set(code, message)) return;
   for (GlooGroup* group : groups_)
     if (group != origin) group->interrupt(code, message);
+}
+
+void GlooPoison::setStoppedPeersProbe(std::function<std::string()> probe) {
+  std::lock_guard<std::mutex> lock(probe_mutex_);
+  probe_ = std::move(probe);
+}
+
+std::string GlooPoison::stoppedPeers() {
+  std::lock_guard<std::mutex> lock(probe_mutex_);
+  if (!probe_) return "";
+  try {
+    return probe_();
+  } catch (const std::exception&) {
+    return "";  // a best effort for a message: the timeout is reported anyway
+  }
 }
 
 GlooGroup::GlooGroup(std::shared_ptr<gloo::Context> context, std::vector<int> ranks, int id,
@@ -142,25 +168,31 @@ void GlooGroup::exchange(const std::string& what, const void* send_buf, size_t s
         group->live_.clear();
       }
     } unregister{this};
-    // 2. Post every receive and send (empty ones skipped: both sides know the sizes).
+    // 2. Post every receive and send (empty ones skipped: both sides know the sizes), on
+    // slots that carry each pair's bytes (slotFor).
+    std::map<int, size_t> recv_bytes, send_bytes;  // per peer, this exchange
+    for (const auto& t : recvs) recv_bytes[t.peer] += t.bytes;
+    for (const auto& t : sends) send_bytes[t.peer] += t.bytes;
     std::multiset<int> pending_sends, pending_recvs;
     std::map<int, std::deque<size_t>> recv_order;  // per peer: indices into recvs, as posted
     for (size_t i = 0; i < recvs.size(); ++i) {
       const auto& t = recvs[i];
       if (t.bytes == 0) continue;
-      in->recv(t.peer, slot, t.offset, t.bytes);
+      in->recv(t.peer, slotFor(slot, recv_bytes[t.peer]), t.offset, t.bytes);
       pending_recvs.insert(t.peer);
       if (on_recv) recv_order[t.peer].push_back(i);
     }
     for (const auto& t : sends) {
       if (t.bytes == 0) continue;
-      out->send(t.peer, slot, t.offset, t.bytes);
+      out->send(t.peer, slotFor(slot, send_bytes[t.peer]), t.offset, t.bytes);
       pending_sends.insert(t.peer);
     }
-    auto waiting = [&](const std::multiset<int>& peers) {
-      std::vector<int> world;
-      for (int peer : std::set<int>(peers.begin(), peers.end())) world.push_back(ranks_[peer]);
-      return joinInts(world);
+    auto waiting = [&](const std::multiset<int>& peers, bool is_recv) {
+      std::string text;
+      for (int peer : std::set<int>(peers.begin(), peers.end()))
+        text += (text.empty() ? "" : ", ") + std::to_string(ranks_[peer]) + " (" +
+                std::to_string(is_recv ? recv_bytes[peer] : send_bytes[peer]) + " bytes)";
+      return text;
     };
     // 3. Wait for each, naming the peers still awaited if the deadline passes.
     auto wait = [&](gloo::transport::UnboundBuffer* buf, std::multiset<int>& pending,
@@ -173,10 +205,17 @@ void GlooGroup::exchange(const std::string& what, const void* send_buf, size_t s
                          : buf->waitSend(&peer, timeoutFor(deadline));
         } catch (const gloo::Exception& e) {
           const bool timeout = isTimeout(e.what());
+          const std::string stopped =
+              transport_poison_ ? transport_poison_->stoppedPeers() : "";
           fail(timeout ? StatusCode::kTimeout : StatusCode::kBackend,
-               label(what) + (timeout ? " timed out " : " failed ") +
+               (stopped.empty() ? "" : stopped + ": ") + label(what) +
+                   (timeout ? " timed out " : " failed ") +
                    (is_recv ? "receiving from" : "sending to") + " world rank(s) " +
-                   waiting(pending) + ": " + e.what());
+                   waiting(pending, is_recv) +
+                   (timeout ? " (that rank is missing, slow or dead, or it moves a different "
+                              "number of bytes in this op): "
+                            : ": ") +
+                   e.what());
         }
         if (!done) {  // abort() woke us, after it set the poison
           poison_.throwIfSet(label(what) + " interrupted: ");

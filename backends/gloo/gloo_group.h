@@ -36,10 +36,18 @@ class GlooPoison {
   // Poisons every attached group but `origin` (and groups attached later).
   void spread(GlooGroup* origin, StatusCode code, const std::string& message);
 
+  // The transport's way to name the world ranks on this host that are stopped or gone
+  // (describeStoppedPeers over the processes it recorded); cleared (nullptr) when the
+  // transport goes. stoppedPeers() runs it: "" when there is none or none is stopped.
+  void setStoppedPeersProbe(std::function<std::string()> probe);
+  std::string stoppedPeers();
+
  private:
   std::mutex mutex_;  // guards groups_; held while spreading
   std::vector<GlooGroup*> groups_;
   FirstError first_;
+  std::mutex probe_mutex_;  // guards probe_ (held while it runs)
+  std::function<std::string()> probe_;
 };
 
 class GlooGroup {

@@ -18,6 +18,7 @@
 #include "backends/gloo/gloo_group.h"
 #include "backends/gloo/rendezvous_client.h"
 #include "backends/gloo/slurm_rendezvous.h"
+#include "base/process_state.h"
 
 #include <gloo/common/error.h>
 #include <gloo/common/logging.h>
@@ -122,6 +123,7 @@ class GlooTransport : public Transport {
         tag_ = "e" + std::to_string(seat.generation);
       }
     }
+    publishProcess();
     gloo::transport::tcp::attr attr;
     if (!options.gloo_iface.empty()) {
       attr.iface = options.gloo_iface;
@@ -139,6 +141,8 @@ class GlooTransport : public Transport {
     }
   }
 
+  ~GlooTransport() override { poison_->setStoppedPeersProbe(nullptr); }
+
   const char* name() const override { return "gloo"; }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
@@ -153,6 +157,27 @@ class GlooTransport : public Transport {
   }
 
  private:
+  // Records this process (host, pid) in the store, so that a timeout on any rank can
+  // name the ranks on its host that are stopped; the others' records are read only then,
+  // once (a timeout is fatal), within a second.
+  void publishProcess() {
+    const std::string key = "tutti/" + tag_ + "/process/";
+    const std::string me = describeThisProcess();
+    store_->set(key + std::to_string(rank_), std::vector<char>(me.begin(), me.end()));
+    poison_->setStoppedPeersProbe([this, key] {
+      if (peers_.empty()) {
+        std::vector<std::string> keys;
+        for (int r = 0; r < size_; ++r) keys.push_back(key + std::to_string(r));
+        store_->wait(keys, std::chrono::milliseconds(1000));
+        for (const auto& k : keys) {
+          const auto value = store_->get(k);
+          peers_.push_back(parsePeerProcess(std::string(value.begin(), value.end())));
+        }
+      }
+      return describeStoppedPeers(peers_, rank_);
+    });
+  }
+
   std::unique_ptr<detail::GlooGroup> connect(const std::vector<int>& ranks, int id,
                                              const std::string& plane) {
     const std::string wrong = checkGroupRanks(ranks, size_, rank_);
@@ -199,6 +224,7 @@ class GlooTransport : public Transport {
   std::unique_ptr<detail::RendezvousClient> store_;
   std::shared_ptr<gloo::transport::Device> device_;
   std::map<std::pair<int, std::string>, int> epochs_;
+  std::vector<PeerProcess> peers_;  // every world rank's process, read at the first timeout
   // The first failure of any group poisons every group of this transport.
   std::shared_ptr<detail::GlooPoison> poison_ = std::make_shared<detail::GlooPoison>();
 };

@@ -1,7 +1,10 @@
-// MPI data plane and control plane: every op is a non-blocking MPI collective on the
-// group's own communicator, waited for with a deadline (waitRequest). Ops larger than one
-// MPI call can carry (int counts and displacements) are split into chunks.
+// MPI data plane and control plane: every op is made of non-blocking MPI calls on the
+// group's own communicator, waited for with a deadline (waitRequest), so that abort() from
+// another thread interrupts any of them within one poll. Ops larger than one MPI call can
+// carry (int counts and displacements) are split into chunks.
 #include "backends/mpi/mpi_backend.h"
+
+#include "base/reduce.h"
 
 #include <algorithm>
 #include <cstring>
@@ -41,7 +44,7 @@ class MpiMember {
     int finalized = 0;
     MPI_Finalized(&finalized);
     // A poisoned communicator may still carry an abandoned request: leave it alone.
-    if (!finalized && !info_.poison->poisoned() && info_.comm != MPI_COMM_NULL)
+    if (!finalized && !info_.poison->poisonedHere() && info_.comm != MPI_COMM_NULL)
       MPI_Comm_free(&info_.comm);
   }
   MpiMember(const MpiMember&) = delete;
@@ -76,10 +79,14 @@ class MpiMember {
   int rank_ = 0, size_ = 1;
 };
 
-// From this size on, allreduce uses the blocking MPI_Allreduce under a watchdog: Open MPI's
-// tuned blocking algorithms beat its non-blocking (libnbc) ones by up to 2x here, while
-// small ones keep the non-blocking path, whose waits can be interrupted by abort().
-constexpr int64_t kBlockingAllreduceBytes = 64 << 10;
+// From this size on, allreduce is a ring of MPI_Isend/MPI_Irecv pairs reduced here
+// (ringAllreduce): Open MPI's libnbc MPI_Iallreduce is up to 2x slower than its blocking
+// MPI_Allreduce at these sizes, and a blocking call cannot be interrupted by abort(); the
+// ring is as fast as the blocking call (faster at np=2) and waits like every other op.
+constexpr int64_t kRingAllreduceBytes = 64 << 10;
+// The ring moves each block in segments of at most this many bytes (the staging buffer).
+constexpr int64_t kRingSegmentBytes = 4 << 20;
+constexpr int kRingTag = 1;  // alltoallv's pairs use tag 0
 
 class MpiBackend : public Backend, private MpiMember {
  public:
@@ -88,7 +95,7 @@ class MpiBackend : public Backend, private MpiMember {
   const char* algorithm(OpType op, int64_t bytes) const override {
     switch (op) {  // Open MPI's coll component picks the algorithm inside each call
       case OpType::kAllreduce:
-        return bytes >= kBlockingAllreduceBytes ? "MPI_Allreduce" : "MPI_Iallreduce";
+        return bytes >= kRingAllreduceBytes ? "ring of MPI_Isend/MPI_Irecv" : "MPI_Iallreduce";
       case OpType::kAllgather: return "MPI_Iallgatherv";
       case OpType::kBroadcast: return "MPI_Ibcast";
       case OpType::kAlltoall: return "MPI_Isend/MPI_Irecv pairs";
@@ -110,17 +117,14 @@ class MpiBackend : public Backend, private MpiMember {
     MPI_Op mpi_op = info_.shared->reduceOp(dtype, op);
     if (n < 0) count(n, what);
     const int64_t esz = dataTypeSize(dtype), chunk = info_.shared->maxMessageElements();
+    if (n * esz >= kRingAllreduceBytes && size_ > 1) {
+      if (in != out) std::memmove(out, in, n * esz);
+      ringAllreduce(out, n, dtype, op, deadline, start, what);
+      return;
+    }
     for (int64_t off = 0; off < n; off += chunk) {
       int pieces = static_cast<int>(std::min(chunk, n - off));
       const void* src = in == out ? MPI_IN_PLACE : at(in, off, esz);
-      if (pieces * esz >= kBlockingAllreduceBytes) {
-        info_.poison->throwIfPoisoned();
-        info_.shared->runWithWatchdog(deadline, what, [&] {
-          check(MPI_Allreduce(src, at(out, off, esz), pieces, type, mpi_op, info_.comm),
-                "MPI_Allreduce", what);
-        });
-        continue;
-      }
       MPI_Request request = MPI_REQUEST_NULL;
       check(MPI_Iallreduce(src, at(out, off, esz), pieces, type, mpi_op, info_.comm, &request),
             "MPI_Iallreduce", what);
@@ -273,6 +277,81 @@ class MpiBackend : public Backend, private MpiMember {
     for (MPI_Request request : requests_) info_.shared->abandon(request);
     requests_.clear();
     check(rc, call, what);
+  }
+
+  // Ring allreduce of buf in place: (1) reduce-scatter: in step s member i sends block
+  // i - s to member i + 1 and reduces block i - s - 1 from member i - 1 into its own, so
+  // after size - 1 steps it holds block i + 1 fully reduced; (2) allgather: in step s it
+  // sends block i + 1 - s and receives block i - s in place. Every block is reduced in the
+  // same order whichever member computes it, and then copied, so all members end with the
+  // same bits. A step moves its blocks in segments of at most kRingSegmentBytes (and one
+  // MPI call's count); in (1) two segments are received ahead into staging_ while the one
+  // before is reduced. An error cancels the receives still posted (buf is the caller's).
+  void ringAllreduce(void* buf, int64_t n, DataType dtype, ReduceOp op, Deadline deadline,
+                     Clock::time_point start, const std::string& what) {
+    const int64_t esz = dataTypeSize(dtype);
+    const int64_t segment = std::max<int64_t>(
+        1, std::min(info_.shared->maxMessageElements(), kRingSegmentBytes / esz));
+    const int right = (rank_ + 1) % size_, left = (rank_ + size_ - 1) % size_;
+    auto first = [&](int block) { return n / size_ * block + std::min<int64_t>(block, n % size_); };
+    auto length = [&](int block) { return first(block + 1) - first(block); };
+    auto mod = [&](int b) { return ((b % size_) + size_) % size_; };
+    auto pieces = [&](int64_t total) { return (total + segment - 1) / segment; };
+    auto piece = [&](int64_t total, int64_t k) { return std::min(segment, total - k * segment); };
+    const MPI_Datatype type = info_.shared->datatype(dtype);
+    const int64_t slot_bytes = std::min(length(0), segment) * esz;  // block 0 is the largest
+    growStaging(2 * slot_bytes);
+    for (int phase = 0; phase < 2; ++phase)
+      for (int s = 0; s < size_ - 1; ++s) {
+        const int send = phase == 0 ? mod(rank_ - s) : mod(rank_ + 1 - s);
+        const int recv = phase == 0 ? mod(rank_ - s - 1) : mod(rank_ - s);
+        const int64_t send_n = length(send), recv_n = length(recv);
+        const int64_t recvs = pieces(recv_n), sends = pieces(send_n);
+        // requests_: the receives [0, recvs), then the sends.
+        requests_.assign(static_cast<size_t>(recvs + sends), MPI_REQUEST_NULL);
+        auto slot = [&](int64_t k) { return staging_.data() + (k % 2) * slot_bytes; };
+        auto target = [&](int64_t k) { return at(buf, first(recv) + k * segment, esz); };
+        auto postRecv = [&](int64_t k) {
+          check(MPI_Irecv(phase == 0 ? slot(k) : target(k), static_cast<int>(piece(recv_n, k)),
+                          type, left, kRingTag, info_.comm, &requests_[k]),
+                "MPI_Irecv", what);
+        };
+        int64_t waiting_from = -1, waiting_to = -1;  // the range waitRequests abandons
+        auto waitFor = [&](int64_t from, int64_t to) {
+          if (to <= from) return;
+          waiting_from = from;
+          waiting_to = to;
+          waitRequests(&requests_[from], static_cast<int>(to - from), deadline, start, what,
+                       *info_.poison, *info_.shared);
+          waiting_from = waiting_to = -1;
+        };
+        try {
+          for (int64_t k = 0; k < (phase == 0 ? std::min<int64_t>(2, recvs) : recvs); ++k)
+            postRecv(k);
+          for (int64_t k = 0; k < sends; ++k)
+            check(MPI_Isend(at(buf, first(send) + k * segment, esz),
+                            static_cast<int>(piece(send_n, k)), type, right, kRingTag,
+                            info_.comm, &requests_[recvs + k]),
+                  "MPI_Isend", what);
+          if (phase == 0)
+            for (int64_t k = 0; k < recvs; ++k) {
+              waitFor(k, k + 1);
+              reduceInto(target(k), slot(k), piece(recv_n, k), dtype, op);
+              if (k + 2 < recvs) postRecv(k + 2);
+            }
+          waitFor(0, recvs + sends);
+        } catch (const Error&) {
+          // A late peer must not write into buf (or staging_) after this returns: cancel the
+          // receives; keep every request still pending for the shutdown check.
+          for (int64_t k = 0; k < recvs + sends; ++k) {
+            MPI_Request& request = requests_[k];
+            if (request == MPI_REQUEST_NULL) continue;
+            if (k < recvs) MPI_Cancel(&request);
+            if (k < waiting_from || k >= waiting_to) info_.shared->abandon(request);
+          }
+          throw;
+        }
+      }
   }
 
   void broadcastChunks(void* buf, int64_t n, DataType dtype, int root, Deadline deadline,

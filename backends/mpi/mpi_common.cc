@@ -1,5 +1,6 @@
 #include "backends/mpi/mpi_common.h"
 
+#include "base/process_state.h"
 #include "base/reduce.h"
 
 #include <sched.h>
@@ -8,6 +9,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <cstring>
 #include <thread>
 
 namespace tutti {
@@ -57,13 +59,123 @@ void markJobFailed(const std::string& why) {
   g_failed_why = why;
 }
 
-MpiShared::MpiShared(int64_t max_message_elements)
+// The alarm's text is cut to this many bytes (one eager message).
+constexpr int kAlarmBytes = 1024;
+constexpr int kAlarmTag = 7;
+// How often a wait loop tests the alarm's receive (it also drives MPI's progress anyway).
+constexpr auto kAlarmPoll = std::chrono::microseconds(200);
+constexpr int kProcessBytes = 256;  // describeThisProcess(), cut
+
+MpiShared::MpiShared(int64_t max_message_elements, double start_timeout_seconds)
     : max_message_elements_(max_message_elements) {
   checkMpi(MPI_Type_contiguous(2, MPI_BYTE, &two_bytes_), "MPI_Type_contiguous",
            "mpi transport");
   checkMpi(MPI_Type_commit(&two_bytes_), "MPI_Type_commit", "mpi transport");
   makeOps<DataType::kFloat16>(half_ops_);
   makeOps<DataType::kBFloat16>(bfloat_ops_);
+  checkMpi(MPI_Comm_rank(MPI_COMM_WORLD, &world_rank_), "MPI_Comm_rank", "mpi transport");
+  checkMpi(MPI_Comm_size(MPI_COMM_WORLD, &world_size_), "MPI_Comm_size", "mpi transport");
+  if (world_size_ == 1) return;
+  const std::string what = "rank " + std::to_string(world_rank_) +
+                           ": mpi transport: creating the alarm communicator";
+  // A wait of its own: no alarm exists yet to raise or to test.
+  const Deadline deadline = deadlineAfter(start_timeout_seconds);
+  auto wait = [&](MPI_Request& request) {
+    for (int done = 0;;) {
+      checkMpi(MPI_Test(&request, &done, MPI_STATUS_IGNORE), "MPI_Test", what);
+      if (done) return;
+      if (Clock::now() >= deadline) {
+        abandon(request);
+        throwError(StatusCode::kTimeout, what + ": the other ranks did not join within " +
+                                             secondsText(start_timeout_seconds) + " s");
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  };
+  MPI_Request request = MPI_REQUEST_NULL;
+  checkMpi(MPI_Comm_idup(MPI_COMM_WORLD, &alarm_comm_, &request), "MPI_Comm_idup", what);
+  wait(request);
+  // Every rank's host and pid, so that a timeout can name a stopped process on this host.
+  std::vector<char> mine(kProcessBytes, '\0'), all(kProcessBytes * world_size_, '\0');
+  const std::string me = describeThisProcess().substr(0, kProcessBytes - 1);
+  std::copy(me.begin(), me.end(), mine.begin());
+  checkMpi(MPI_Iallgather(mine.data(), kProcessBytes, MPI_CHAR, all.data(), kProcessBytes,
+                          MPI_CHAR, alarm_comm_, &request),
+           "MPI_Iallgather", what);
+  wait(request);
+  for (int r = 0; r < world_size_; ++r) {
+    const char* text = &all[static_cast<size_t>(r) * kProcessBytes];
+    peers_.push_back(parsePeerProcess(std::string(text, strnlen(text, kProcessBytes))));
+  }
+  checkMpi(MPI_Comm_set_errhandler(alarm_comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler",
+           what);
+  alarm_in_.assign(kAlarmBytes, '\0');
+  checkMpi(MPI_Irecv(alarm_in_.data(), kAlarmBytes, MPI_CHAR, MPI_ANY_SOURCE, kAlarmTag,
+                     alarm_comm_, &alarm_recv_),
+           "MPI_Irecv", what);
+}
+
+void MpiShared::raiseAlarm(const std::string& why) {
+  if (alarm_comm_ == MPI_COMM_NULL || alarm_.isSet()) return;  // alone, or not the origin
+  std::lock_guard<std::mutex> lock(alarm_mu_);
+  if (alarm_sent_) return;
+  alarm_sent_ = true;
+  alarm_out_ = why.substr(0, kAlarmBytes);
+  for (int r = 0; r < world_size_; ++r) {
+    if (r == world_rank_) continue;
+    MPI_Request request = MPI_REQUEST_NULL;
+    // A failed send leaves that peer to its own deadline; the local error is thrown anyway.
+    if (MPI_Isend(alarm_out_.data(), static_cast<int>(alarm_out_.size()), MPI_CHAR, r,
+                  kAlarmTag, alarm_comm_, &request) == MPI_SUCCESS)
+      alarm_sends_.push_back(request);
+  }
+}
+
+Status MpiShared::alarm() {
+  if (alarm_.isSet()) return alarm_.status();
+  if (alarm_comm_ == MPI_COMM_NULL) return Status::OK();
+  const int64_t now = Clock::now().time_since_epoch().count();
+  if (now - alarm_tested_.load(std::memory_order_relaxed) <
+      std::chrono::duration_cast<Clock::duration>(kAlarmPoll).count())
+    return Status::OK();
+  alarm_tested_.store(now, std::memory_order_relaxed);
+  std::unique_lock<std::mutex> lock(alarm_mu_, std::try_to_lock);
+  if (!lock.owns_lock() || alarm_recv_ == MPI_REQUEST_NULL) return alarm_.status();
+  int done = 0;
+  MPI_Status status;
+  if (MPI_Test(&alarm_recv_, &done, &status) != MPI_SUCCESS || !done) return Status::OK();
+  int length = 0;
+  MPI_Get_count(&status, MPI_CHAR, &length);
+  length = std::max(0, std::min(length, kAlarmBytes));  // never trust the peer's bytes
+  std::string text(alarm_in_.data(), static_cast<size_t>(length));
+  for (char& c : text)
+    if (c < 32 || c > 126) c = '?';
+  const int source = status.MPI_SOURCE;
+  alarm_.set(StatusCode::kAborted, "rank " + std::to_string(source) +
+                                       " failed and stopped the job (its error: " + text + ")");
+  return alarm_.status();
+}
+
+std::string MpiShared::stoppedPeers() const { return describeStoppedPeers(peers_, world_rank_); }
+
+void MpiShared::freeAlarm() {
+  if (alarm_comm_ == MPI_COMM_NULL) return;
+  std::lock_guard<std::mutex> lock(alarm_mu_);
+  if (alarm_recv_ != MPI_REQUEST_NULL) {
+    MPI_Cancel(&alarm_recv_);
+    MPI_Wait(&alarm_recv_, MPI_STATUS_IGNORE);  // local once cancelled (or received)
+  }
+  // The sends reach peers that are alive; a stopped one keeps its send pending.
+  const Deadline grace = deadlineAfter(1.0);
+  bool pending = false;
+  for (MPI_Request& request : alarm_sends_) {
+    int done = 0;
+    while (MPI_Test(&request, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && !done &&
+           Clock::now() < grace)
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    pending = pending || !done;
+  }
+  if (!pending) MPI_Comm_free(&alarm_comm_);
 }
 
 void MpiShared::runWithWatchdog(Deadline deadline, const std::string& what,
@@ -120,6 +232,7 @@ MpiShared::~MpiShared() {
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (finalized) return;
+  freeAlarm();
   for (MPI_Op* ops : {half_ops_, bfloat_ops_})
     for (int i = 0; i < 4; ++i)
       if (ops[i] != MPI_OP_NULL) MPI_Op_free(&ops[i]);
@@ -247,8 +360,10 @@ void waitRequests(MPI_Request* requests, int count, Deadline deadline, Clock::ti
       std::snprintf(seconds, sizeof(seconds), "%.1f",
                     std::chrono::duration<double>(deadline - start).count());
       abandonAll();
+      const std::string stopped = shared.stoppedPeers();
       poison.poison(StatusCode::kTimeout, what + ": timed out after " + seconds +
-                                              " s waiting for the other members");
+                                              " s waiting for the other members" +
+                                              (stopped.empty() ? "" : "; " + stopped));
       poison.throwIfPoisoned();
     }
     // Spin, then yield (ranks may share cores), then nap: briefly, since a long nap turns

@@ -6,6 +6,7 @@
 #include "backends/backend.h"
 #include "base/common.h"
 #include "base/first_error.h"
+#include "base/process_state.h"
 
 #include <mpi.h>
 
@@ -41,8 +42,9 @@ void rememberMpiProcess();  // called when Tutti initializes MPI
 class MpiShared {
  public:
   // max_message_elements: the largest count passed to one MPI call (INT_MAX normally;
-  // tests lower it to exercise chunking and the overflow checks).
-  explicit MpiShared(int64_t max_message_elements);
+  // tests lower it to exercise chunking and the overflow checks). Collective over
+  // MPI_COMM_WORLD (it duplicates it for the alarm), within start_timeout_seconds.
+  MpiShared(int64_t max_message_elements, double start_timeout_seconds);
   ~MpiShared();  // frees ops and types; gives abandoned requests a moment to complete
 
   MPI_Datatype datatype(DataType dtype) const;
@@ -58,14 +60,33 @@ class MpiShared {
 
   // Runs a blocking MPI call under a watchdog: MPI cannot cancel a blocking collective, so
   // if `deadline` passes first the watchdog reports `what` on stderr and aborts the job
-  // (MPI_Abort), so that no rank hangs. For large allreduces, where Open MPI's tuned
-  // blocking algorithms are markedly faster than its non-blocking ones, and for
-  // MPI_Comm_create_group, which has no non-blocking form. Any thread may call it.
+  // (MPI_Abort), so that no rank hangs. Only for MPI_Comm_create_group (making a process
+  // set's communicator), which has no non-blocking form; every op of the data and control
+  // planes is non-blocking and waited for with waitRequest. Any thread may call it.
   void runWithWatchdog(Deadline deadline, const std::string& what,
                        const std::function<void()>& call);
 
+  // The job alarm: a fatal error of this process (a timeout, an MPI error, an abort) must
+  // reach every other process at once, not after their own deadlines. It rides on a
+  // duplicate of MPI_COMM_WORLD that only the alarm uses:
+  //   1. every process keeps one MPI_Irecv posted on it (any source, kAlarmTag);
+  //   2. raiseAlarm(why) sends "why" to every other world rank with MPI_Isend, once per
+  //      transport, unless the failure came from another process's alarm (no echo);
+  //   3. every wait loop (through MpiPoison::poisoned) and every op's start tests the
+  //      receive: once it has arrived, every group of this transport fails with
+  //      "rank S failed: <its reason>".
+  // The sends are never waited for (a stopped peer never receives); they are tested once
+  // more at shutdown like abandoned requests. Thread-safe.
+  void raiseAlarm(const std::string& why);
+  // The alarm received from another rank (OK while none arrived); tests the receive.
+  Status alarm();
+  // The world ranks on this host whose process is stopped or gone (describeStoppedPeers),
+  // for the message of a timeout; empty if none.
+  std::string stoppedPeers() const;
+
  private:
   void watch();
+  void freeAlarm();
   int64_t max_message_elements_;
   MPI_Datatype two_bytes_ = MPI_DATATYPE_NULL;
   MPI_Op half_ops_[4] = {MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL};
@@ -79,21 +100,48 @@ class MpiShared {
   uint64_t next_watch_ = 0;
   std::map<uint64_t, std::pair<Deadline, std::string>> armed_;  // calls in progress
   std::thread watchdog_;
+  // The alarm (raiseAlarm). alarm_mu_ serializes MPI calls on alarm_recv_ and the sends.
+  int world_rank_ = 0, world_size_ = 1;
+  MPI_Comm alarm_comm_ = MPI_COMM_NULL;
+  std::mutex alarm_mu_;
+  MPI_Request alarm_recv_ = MPI_REQUEST_NULL;    // under alarm_mu_
+  std::vector<char> alarm_in_;                   // its buffer
+  std::string alarm_out_;                        // the text sent, under alarm_mu_
+  std::vector<MPI_Request> alarm_sends_;         // under alarm_mu_
+  bool alarm_sent_ = false;                      // under alarm_mu_
+  FirstError alarm_;                             // the alarm received
+  std::vector<PeerProcess> peers_;               // every world rank's host and pid
+  std::atomic<int64_t> alarm_tested_{0};         // Clock ticks of the last test
 };
 
 // Sticky first error of one group (shared by its control plane and backend). Thread-safe:
-// abort() may come from any thread while the background thread waits.
+// abort() may come from any thread while the background thread waits. The first poison
+// of this process raises the job alarm (MpiShared::raiseAlarm); an alarm from another
+// rank poisons every group.
 class MpiPoison {
  public:
-  bool poisoned() const { return first_.isSet(); }
-  void throwIfPoisoned() const { first_.throwIfSet(); }
+  explicit MpiPoison(std::shared_ptr<MpiShared> shared) : shared_(std::move(shared)) {}
+  bool poisoned() {
+    if (first_.isSet()) return true;
+    Status alarm = shared_->alarm();
+    if (alarm.ok()) return false;
+    markJobFailed(alarm.message());
+    first_.set(alarm.code(), alarm.message());
+    return true;
+  }
+  void throwIfPoisoned() {
+    if (poisoned()) first_.throwIfSet();
+  }
   // Marks the job failed (see markJobFailed); the first poison sticks.
   void poison(StatusCode code, const std::string& message) {
     markJobFailed(message);
-    first_.set(code, message);
+    if (first_.set(code, message)) shared_->raiseAlarm(message);
   }
+  // Poisoned only by this process (for destructors: no MPI call).
+  bool poisonedHere() const { return first_.isSet(); }
 
  private:
+  std::shared_ptr<MpiShared> shared_;
   FirstError first_;
 };
 

@@ -88,7 +88,7 @@ class MpiTransport : public Transport {
     initializeMpi(options);  // MPI stays up until exit, also when this constructor throws
     detail::checkMpi(MPI_Comm_rank(MPI_COMM_WORLD, &rank_), "MPI_Comm_rank", "mpi transport");
     detail::checkMpi(MPI_Comm_size(MPI_COMM_WORLD, &size_), "MPI_Comm_size", "mpi transport");
-    shared_ = std::make_shared<MpiShared>(max_message_elements);
+    shared_ = std::make_shared<MpiShared>(max_message_elements, start_timeout_seconds_);
   }
 
   const char* name() const override { return "mpi"; }
@@ -126,7 +126,7 @@ class MpiTransport : public Transport {
   std::shared_ptr<MpiPoison> poisonFor(int id) {
     auto& slot = poisons_[id];
     if (auto existing = slot.lock()) return existing;
-    auto created = std::make_shared<MpiPoison>();
+    auto created = std::make_shared<MpiPoison>(shared_);
     slot = created;
     return created;
   }

@@ -8,6 +8,11 @@
 //            the others fail fast.
 //  abort-blocked  ranks 1 and 2 block on an allreduce rank 0 skips; another thread's
 //            abort() wakes them long before their deadline.
+//  size-mismatch  rank 1 allreduces 1000 floats, the others 1001 (over TCP pairs, as with
+//            TUTTI_SHM=0): gloo must never pair messages of different sizes (a larger send
+//            is an uncaught EnforceNotMet on gloo's device thread, std::terminate; a smaller
+//            one a silent short receive): every rank gets a Tutti error naming the op
+//            within its 3 s deadline (plus a peer's close), and stays alive.
 //  auth      a rendezvous client with a wrong secret is refused; the right one works (SET,
 //            GET, WAIT, ADD across ranks).
 #include "backends/gloo/gloo_transport.h"
@@ -178,9 +183,22 @@ int main(int argc, char** argv) {
           c.check(seconds < 10, "abort wakes a blocked operation");
         aborter.join();
       }
+    } else if (mode == "size-mismatch") {
+      const int64_t count = rank == 1 ? 1000 : 1001;
+      if (expectError(c, "allreduce of " + std::to_string(count) + " floats", [&] {
+            be->allreduce(data.data(), data.data(), count, DataType::kFloat32, ReduceOp::kSum,
+                          deadlineAfter(3));
+          }, &code, &message, &seconds)) {
+        c.check(code == StatusCode::kTimeout || code == StatusCode::kBackend,
+                "a size disagreement is a timeout or a backend error: " + message);
+        c.check(seconds < 13, "it fails near the 3 s deadline");
+        c.check(contains(message, "allreduce of " + std::to_string(count) + " x float32") &&
+                    contains(message, "world rank"),
+                "the message names the op, its size and a peer: " + message);
+      }
     } else {
       std::fprintf(stderr, "usage: gloo_failure_test timeout|dead-peer|abort|abort-blocked|"
-                           "auth\n");
+                           "size-mismatch|auth\n");
       return 2;
     }
   } catch (const Error& e) {

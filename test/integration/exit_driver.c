@@ -16,6 +16,10 @@
  *   sleep       sleeps 60 s (for Ctrl-C to the launcher), then shuts down
  *   slow        rank RANK works CODE seconds alone (a checkpoint) before step 3; the others
  *               wait in the allreduce: fine under the collective deadline
+ *   fail        rank RANK runs with TUTTI_TIMEOUT_SECONDS=1 and waits on "only.mine", which
+ *               no other rank submits: its own runtime fails (the job deadline passes
+ *               without a verdict) and it keeps running (sleeps 60 s); the others wait on
+ *               "peer.fails" under the job's longer deadline and must fail soon after it
  * A rank whose op fails prints "rank R: FAILED: <status> <message>" and exits with 3. */
 #include <tutti/tutti.h>
 
@@ -82,6 +86,11 @@ int main(int argc, char** argv) {
   const char* mode = argc > 1 ? argv[1] : "clean";
   const int who = argc > 2 ? atoi(argv[2]) : 1;
   const int code = argc > 3 ? atoi(argv[3]) : 7;
+  /* mode fail: the rank's own deadline, set before init (its rank from the launcher) */
+  const char* env_rank = getenv("OMPI_COMM_WORLD_RANK");
+  if (!env_rank) env_rank = getenv("TUTTI_RANK");
+  if (strcmp(mode, "fail") == 0 && env_rank && atoi(env_rank) == who)
+    setenv("TUTTI_TIMEOUT_SECONDS", "1", 1);
   tutti_status_t s = tutti_init();
   if (s != TUTTI_OK) failed("init", s);
   g_rank = tutti_rank();
@@ -126,6 +135,21 @@ int main(int argc, char** argv) {
       return 0;
     }
     allreduce("never.arrives");
+    return 0;
+  }
+  if (strcmp(mode, "fail") == 0) {
+    if (g_rank == who) {
+      float v[4] = {1, 1, 1, 1};
+      tutti_handle_t h = 0;
+      s = tutti_allreduce_async("only.mine", v, v, 4, TUTTI_FLOAT32, TUTTI_SUM, 1.0, 1.0, &h);
+      if (s == TUTTI_OK) s = tutti_wait(h, -1.0);
+      printf("rank %d: own runtime failed (status %d: %s); staying alive\n", g_rank, (int)s,
+             tutti_last_error());
+      fflush(stdout);
+      sleep(60); /* the launcher ends it once a peer fails */
+      return 0;
+    }
+    allreduce("peer.fails");
     return 0;
   }
   if (strcmp(mode, "callback") == 0) {
