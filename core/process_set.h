@@ -1,6 +1,9 @@
 // One process set: its members, its negotiation channel, its backends, this rank's queue
 // for it and its negotiator (cache, coordinator, the state between rounds). Owned by the
-// Runtime; the queue is thread-safe, everything else is used by the background thread only.
+// Runtime. Threads: the queue is thread-safe; the control plane and the negotiator are the
+// background thread's; the backends are the execution stream's (core/exec_stream.h: made by
+// the thread that makes the set before its first plan, then called only by the stream's
+// commands, abort() from any thread). The members never change.
 #pragma once
 
 #include "backends/backend.h"

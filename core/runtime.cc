@@ -17,8 +17,8 @@ Runtime::Runtime(Config config) : Runtime(config, makeTransport(backendOptions(c
 Runtime::Runtime(Config config, std::unique_ptr<Transport> transport)
     : config_(std::move(config)),
       transport_(std::move(transport)),
-      executor_(config_, stats_),
-      pipeline_(executor_, [this](const Status& s) { pipelineFailed(s); }),
+      stream_(config_, stats_, [this](const Response& r) { applySetChange(r); },
+              [this](const Status& s) { streamFailed(s); }),
       tuned_{config_.fusion_threshold, config_.cycle_time_ms, config_.cache_capacity > 0} {
   if (!config_.elastic.id.empty()) {  // an elastic worker's seat, from the rendezvous
     config_.topology.rank = transport_->rank();
@@ -40,17 +40,14 @@ Runtime::Runtime(Config config, std::unique_ptr<Transport> transport)
     Timeline::probe(timeline_file, config_.timeline_filename, config_.topology.rank);
   std::vector<int> all(config_.topology.size);
   for (int i = 0; i < config_.topology.size; ++i) all[i] = i;
-  syncClock(*createSet(0, all));
+  auto global = createSet(0, all);
+  syncClock(*global);
+  // The same on every rank: the registry made the switch as member 0's setting says.
+  tuned_.hierarchical = backendSwitch(global->backends, BackendSwitch::kHierarchicalAllreduce);
   Status started = startTimeline(config_.timeline_filename, config_.timeline_mark_cycles);
   if (!started.ok()) throwError(started.code(), started.message());
-  // auto: an executor thread where every rank of this host can have three cores' worth of
-  // threads (the caller's, the background and the executor thread).
-  pipelined_ = config_.pipeline == "1" ||
-               (config_.pipeline == "auto" &&
-                std::thread::hardware_concurrency() >=
-                    3u * static_cast<unsigned>(std::max(1, config_.topology.local_size)));
+  if (ExecStream::wantsThread(config_)) stream_.start();
   logStartup();
-  if (pipelined_) pipeline_.start();
   thread_ = std::thread([this] { loop(); });
   thread_id_ = thread_.get_id();
 }
@@ -294,57 +291,17 @@ int Runtime::processSetRank(int id) const {
 }
 
 bool Runtime::busy() const {
-  // Entries of plans the executor thread has yet to run need no more rounds.
+  // Entries of plans the stream's thread has yet to run need no more rounds.
   int64_t in_flight = 0;
   {
     std::lock_guard<std::mutex> lock(sets_mu_);
     for (const auto& kv : sets_)
       if (kv.second->member()) in_flight += static_cast<int64_t>(kv.second->queue.inFlight());
   }
-  return in_flight > pipeline_.pendingTensors();
+  return in_flight > stream_.pendingTensors();
 }
 
-void Runtime::execute(const std::shared_ptr<ProcessSet>& set, std::vector<Response> plan,
-                      int64_t bytes, const std::shared_ptr<Timeline>& tl) {
-  auto changes_sets = [](const Response& r) {
-    return r.op == OpType::kAddProcessSet || r.op == OpType::kRemoveProcessSet;
-  };
-  // A small plan takes microseconds to run: with the executor idle there is nothing to
-  // overlap it with that a thread hand-off would not cost more (a lone op's latency).
-  // A set change makes or removes sets (collective setup on their channels): everything
-  // planned before it runs first, and nothing runs beside it.
-  if (pipelined_ && std::none_of(plan.begin(), plan.end(), changes_sets)) {
-    if (bytes >= kInlineBytes || !pipeline_.idle()) {
-      Pipeline::Batch batch;
-      for (const auto& r : plan) batch.tensors += static_cast<int64_t>(r.names.size());
-      batch.set = set;
-      batch.plan = std::move(plan);
-      batch.timeline = tl;
-      pipeline_.push(std::move(batch));
-      return;
-    }
-  } else {
-    drainPipeline();
-  }
-  for (const auto& response : plan) {
-    if (changes_sets(response)) {
-      applySetChange(response);
-      if (tl) tl->endAll(set->id, response.op, response.names[0]);
-    } else {
-      executor_.run(response, *set, tl.get());
-    }
-  }
-}
-
-void Runtime::drainPipeline() {
-  if (!pipelined_) return;
-  // A batch's backend calls have deadlines of TUTTI_TIMEOUT_SECONDS each: one that finishes
-  // nothing for longer than that (and a little) is stuck.
-  Status why;
-  if (!pipeline_.drain(config_.timeout_seconds + 5.0, &why)) throwError(why.code(), why.message());
-}
-
-void Runtime::pipelineFailed(const Status& status) {
+void Runtime::streamFailed(const Status& status) {
   recordStop(status);
   job_failed_ = true;
   abortSets(allSets(), status.message());
@@ -435,7 +392,12 @@ void Runtime::applySetChange(const Response& response) {
     status = Status(response.error_code, response.error_message);
   } else if (response.op == OpType::kAddProcessSet) {
     int id = next_set_id_++;
-    createSet(id, std::vector<int>(response.splits.begin(), response.splits.end()));
+    auto set = createSet(id, std::vector<int>(response.splits.begin(), response.splits.end()));
+    // A new set starts with the switch autotune chose (the same on every rank): the stream
+    // has drained, and this set has run nothing yet.
+    if (set->member() && tuned_.hierarchical >= 0)
+      setBackendSwitch(set->backends, BackendSwitch::kHierarchicalAllreduce,
+                       tuned_.hierarchical == 1);
     if (entry) entry->handle->value = id;
   } else {
     std::shared_ptr<ProcessSet> removed;
@@ -464,9 +426,9 @@ void Runtime::stop(const Status& status) {
     TUTTI_LOG(kError) << "background thread stopped: " << first.message();
   const auto sets = allSets();
   if (first.code() != StatusCode::kAborted) abortSets(sets, first.message());
-  // The executor thread lets go of the queued entries (its batch in progress fails fast
+  // The stream's thread lets go of the queued entries (its command in progress fails fast
   // on the aborted backends) before they are failed here.
-  pipeline_.stop();
+  stream_.stop();
   for (auto& set : sets)
     for (auto& e : set->queue.takeAll()) HandleTable::fail(*e.handle, first);
   handles_.failAll(first);
