@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <mutex>
 
 namespace tutti {
@@ -163,6 +164,51 @@ TEST_CASE("an autotune backend switch with pipelined rounds lands between the sa
   // The switch did flip during the run (else the test shows nothing).
   CHECK(first_on > 0);
   CHECK(first_on < calls[0].size());
+}
+
+TEST_CASE("a large allgather or alltoall with pipelined rounds runs on the stream's thread, a small op inline") {
+  // Callbacks run on the thread that ran the op. The first op, small and with the stream
+  // idle, runs inline on the background thread; an allgather or alltoall of 64 KiB or more
+  // counts its bytes and goes to the stream's thread (counted as 0 bytes it ran inline).
+  Failures failures;
+  runRanks(2, [](RankContext& c) {
+    std::mutex mu;
+    std::vector<std::thread::id> threads;
+    auto record = [&](Handle, const Status&) {
+      std::lock_guard<std::mutex> lock(mu);
+      threads.push_back(std::this_thread::get_id());
+    };
+    auto runWithCallback = [&](TensorEntry e, const std::string& what) {
+      std::vector<TensorEntry> entries;
+      entries.push_back(std::move(e));
+      Handle h = 0;
+      c.expectOk(c.rt.submit(0, std::move(entries), record, &h), "submit " + what);
+      Result result;
+      c.expectOk(c.rt.wait(h, 30, &result), "wait " + what);
+      std::free(result.data);
+    };
+    std::vector<float> small(4, 1.0f);
+    runWithCallback(makeTestEntry(OpType::kAllreduce, "small", {4}, DataType::kFloat32,
+                                  small.data(), small.data()), "small");
+    const int64_t rows = ExecStream::kInlineBytes / 4 / 2;  // each rank half of 64 KiB
+    std::vector<float> mine(rows, float(c.rank));
+    runWithCallback(makeTestEntry(OpType::kAllgather, "gathered", {rows}, DataType::kFloat32,
+                                  mine.data(), nullptr), "allgather");
+    TensorEntry e = makeTestEntry(OpType::kAlltoall, "exchanged", {2 * rows}, DataType::kFloat32,
+                                  nullptr, nullptr);
+    std::vector<float> send(2 * rows, float(c.rank));
+    e.input = send.data();
+    e.request.splits = {rows, rows};
+    runWithCallback(std::move(e), "alltoall");
+    std::lock_guard<std::mutex> lock(mu);
+    if (threads.size() != 3) return c.fail(std::to_string(threads.size()) + " callbacks, not 3");
+    if (threads[1] == threads[0]) c.fail("the allgather ran inline, as the small allreduce");
+    if (threads[2] == threads[0]) c.fail("the alltoall ran inline, as the small allreduce");
+  }, failures, [](Config& config) {
+    config.pipeline = "1";
+    config.shm = false;
+  });
+  CHECK(failures.summary() == "0 failure(s)");
 }
 
 }  // namespace test
