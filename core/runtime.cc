@@ -75,7 +75,6 @@ void Runtime::shutdown(const std::string& note) {
                          "] counters at shutdown (TUTTI_STATS=1):\n" + stats_.report();
       std::fwrite(text.data(), 1, text.size(), stderr);
     }
-    std::lock_guard<std::mutex> lock(sets_mu_);
     sets_.clear();
     transport_.reset();
   });
@@ -84,12 +83,6 @@ void Runtime::shutdown(const std::string& note) {
 Status Runtime::stoppedStatus() const {
   std::lock_guard<std::mutex> lock(status_mu_);
   return stopped_;
-}
-
-std::shared_ptr<ProcessSet> Runtime::findSet(int id) const {
-  std::lock_guard<std::mutex> lock(sets_mu_);
-  auto it = sets_.find(id);
-  return it == sets_.end() ? nullptr : it->second;
 }
 
 std::shared_ptr<ProcessSet> Runtime::createSet(int id, std::vector<int> ranks) {
@@ -106,15 +99,14 @@ std::shared_ptr<ProcessSet> Runtime::createSet(int id, std::vector<int> ranks) {
         makeBackends(*transport_, *set->control, set->ranks, id, backendOptions(config_));
     logSetBackends(*set);
   }
-  std::lock_guard<std::mutex> lock(sets_mu_);
-  sets_[id] = set;
+  sets_.put(set);
   return set;
 }
 
 Status Runtime::submit(int process_set, std::vector<TensorEntry> entries, Callback callback,
                        Handle* handle) {
   if (stopped_once_.load()) return stoppedStatus();
-  auto set = findSet(process_set);
+  auto set = sets_.find(process_set);
   if (!set)
     return Status(StatusCode::kInvalidArgument,
                   "process set " + std::to_string(process_set) + " does not exist");
@@ -223,13 +215,6 @@ Status Runtime::recordStop(const Status& status) {
   return stopped_;
 }
 
-std::vector<std::shared_ptr<ProcessSet>> Runtime::allSets() const {
-  std::vector<std::shared_ptr<ProcessSet>> sets;
-  std::lock_guard<std::mutex> lock(sets_mu_);
-  for (auto& kv : sets_) sets.push_back(kv.second);
-  return sets;
-}
-
 void Runtime::abortSets(const std::vector<std::shared_ptr<ProcessSet>>& sets,
                         const std::string& why) {
   for (auto& set : sets) {
@@ -243,7 +228,7 @@ void Runtime::failJob(const Status& status) {
   recordStop(status);
   job_failed_ = true;
   TUTTI_LOG(kError) << status.message();
-  abortSets(allSets(), status.message());
+  abortSets(sets_.all(), status.message());
   std::unique_lock<std::mutex> lock(wake_mu_);
   wake_cv_.notify_all();
   if (onBackgroundThread()) return;  // a callback: the thread stops when it returns
@@ -270,7 +255,7 @@ Status Runtime::addProcessSet(std::vector<int> ranks, int* id) {
 
 Status Runtime::removeProcessSet(int id) {
   if (id == 0) return Status(StatusCode::kInvalidArgument, "remove_process_set: the global process set 0 cannot be removed");
-  if (!findSet(id)) return Status(StatusCode::kInvalidArgument, "remove_process_set: process set " + std::to_string(id) + " does not exist");
+  if (!sets_.find(id)) return Status(StatusCode::kInvalidArgument, "remove_process_set: process set " + std::to_string(id) + " does not exist");
   TensorEntry e;
   e.request.op = OpType::kRemoveProcessSet;
   e.request.root = id;
@@ -281,30 +266,24 @@ Status Runtime::removeProcessSet(int id) {
 }
 
 std::vector<int> Runtime::processSetRanks(int id) const {
-  auto set = findSet(id);
+  auto set = sets_.find(id);
   return set ? set->ranks : std::vector<int>();
 }
 
 int Runtime::processSetRank(int id) const {
-  auto set = findSet(id);
+  auto set = sets_.find(id);
   return set ? set->rank : -1;
 }
 
 bool Runtime::busy() const {
   // Entries of plans the stream's thread has yet to run need no more rounds.
-  int64_t in_flight = 0;
-  {
-    std::lock_guard<std::mutex> lock(sets_mu_);
-    for (const auto& kv : sets_)
-      if (kv.second->member()) in_flight += static_cast<int64_t>(kv.second->queue.inFlight());
-  }
-  return in_flight > stream_.pendingTensors();
+  return sets_.inFlight() > stream_.pendingTensors();
 }
 
 void Runtime::streamFailed(const Status& status) {
   recordStop(status);
   job_failed_ = true;
-  abortSets(allSets(), status.message());
+  abortSets(sets_.all(), status.message());
   {
     std::lock_guard<std::mutex> lock(wake_mu_);
     work_pending_ = true;  // the background thread runs a round at once: it fails and stops
@@ -385,13 +364,13 @@ void Runtime::coalesceBurst(std::chrono::duration<double, std::milli> limit) {
 }
 
 void Runtime::applySetChange(const Response& response) {
-  auto global = findSet(0);
+  auto global = sets_.find(0);
   auto entry = global->queue.take(response.names[0]);
   Status status;
   if (response.type == ResponseType::kError) {
     status = Status(response.error_code, response.error_message);
   } else if (response.op == OpType::kAddProcessSet) {
-    int id = next_set_id_++;
+    int id = sets_.nextId();
     auto set = createSet(id, std::vector<int>(response.splits.begin(), response.splits.end()));
     // A new set starts with the switch autotune chose (the same on every rank): the stream
     // has drained, and this set has run nothing yet.
@@ -400,15 +379,7 @@ void Runtime::applySetChange(const Response& response) {
                        tuned_.hierarchical == 1);
     if (entry) entry->handle->value = id;
   } else {
-    std::shared_ptr<ProcessSet> removed;
-    {
-      std::lock_guard<std::mutex> lock(sets_mu_);
-      auto it = sets_.find(response.value);
-      if (it != sets_.end()) {
-        removed = it->second;
-        sets_.erase(it);
-      }
-    }
+    std::shared_ptr<ProcessSet> removed = sets_.remove(response.value);
     if (removed)
       for (auto& e : removed->queue.takeAll())
         HandleTable::complete(*e.handle, Status(StatusCode::kAborted,
@@ -424,7 +395,7 @@ void Runtime::stop(const Status& status) {
   if (first.code() != StatusCode::kAborted) job_failed_ = true;
   if (first.code() != StatusCode::kAborted && status.code() != StatusCode::kAborted)
     TUTTI_LOG(kError) << "background thread stopped: " << first.message();
-  const auto sets = allSets();
+  const auto sets = sets_.all();
   if (first.code() != StatusCode::kAborted) abortSets(sets, first.message());
   // The stream's thread lets go of the queued entries (its command in progress fails fast
   // on the aborted backends) before they are failed here.

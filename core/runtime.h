@@ -42,7 +42,6 @@
 
 #include <atomic>
 #include <condition_variable>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -103,7 +102,6 @@ class Runtime {
   bool jobFailed() const { return job_failed_.load(); }
 
  private:
-  std::shared_ptr<ProcessSet> findSet(int id) const;
   std::shared_ptr<ProcessSet> createSet(int id, std::vector<int> ranks);
   void loop();
   void coalesceBurst(std::chrono::duration<double, std::milli> limit);
@@ -133,7 +131,6 @@ class Runtime {
   Status recordStop(const Status& status);
   // Aborts every control plane and backend of the sets this rank belongs to (peers fail fast).
   void abortSets(const std::vector<std::shared_ptr<ProcessSet>>& sets, const std::string& why);
-  std::vector<std::shared_ptr<ProcessSet>> allSets() const;
   std::string exchangeLeaveNotes(ProcessSet& global, const std::string& mine);
   bool busy() const;
   std::shared_ptr<Timeline> timeline() const;  // null when off: one atomic load
@@ -160,9 +157,7 @@ class Runtime {
   Clock::time_point tune_window_start_;
   int64_t tune_window_bytes_ = 0;
 
-  mutable std::mutex sets_mu_;
-  std::map<int, std::shared_ptr<ProcessSet>> sets_;
-  int next_set_id_ = 1;  // background thread only
+  SetTable sets_;
 
   std::mutex wake_mu_;
   std::condition_variable wake_cv_;

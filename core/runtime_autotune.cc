@@ -82,7 +82,7 @@ void Runtime::tune(ProcessSet& global) {
     SetBackendSwitch flip;
     flip.which = BackendSwitch::kHierarchicalAllreduce;
     flip.on = next.hierarchical == 1;
-    for (auto& set : allSets())
+    for (auto& set : sets_.all())
       if (set->member()) flip.sets.push_back(std::move(set));
     stream_.enqueue(std::move(flip));
   }

@@ -25,7 +25,7 @@ int64_t rowElements(const std::vector<int64_t>& shape) {
 }  // namespace
 
 bool Runtime::runRound(bool* had_work) {
-  const std::vector<std::shared_ptr<ProcessSet>> sets = allSets();
+  const std::vector<std::shared_ptr<ProcessSet>> sets = sets_.all();
   const std::shared_ptr<Timeline> tl = timeline();
   const int64_t round_start = tl ? tl->now() : 0;
   if (tl && tl->markCycles()) tl->cycleMark();
