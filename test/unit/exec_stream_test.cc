@@ -101,7 +101,113 @@ class RecordingTransport : public Transport {
   const double gate_seconds_;
 };
 
+// A one-member set's data plane for the stream alone: allreduce reads the switch, then
+// sleeps `hold_ms` (the stream's thread busy) or throws a timeout.
+class HoldingBackend : public Backend {
+ public:
+  HoldingBackend(int hold_ms, bool fail) : hold_ms_(hold_ms), fail_(fail) {}
+  const char* name() const override { return "holding"; }
+  bool supports(OpType op, DataType, DeviceType device) const override {
+    return op == OpType::kAllreduce && device == DeviceType::kCpu;
+  }
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  const char* algorithm(OpType, int64_t) const override { return "hold"; }
+  void allreduce(const void*, void*, int64_t, DataType, ReduceOp, Deadline) override {
+    read.push_back(on_.load());
+    if (fail_) throwError(StatusCode::kTimeout, "holding allreduce: no peer answered");
+    std::this_thread::sleep_for(std::chrono::milliseconds(hold_ms_));
+  }
+  void allgatherv(const void*, void*, const std::vector<int64_t>&, DataType, Deadline) override {}
+  void broadcast(void*, int64_t, DataType, int, Deadline) override {}
+  void alltoallv(const void*, const std::vector<int64_t>&, void*, const std::vector<int64_t>&,
+                 DataType, Deadline) override {}
+  void reducescatter(const void*, void*, const std::vector<int64_t>&, DataType, ReduceOp,
+                     Deadline) override {}
+  void barrier(Deadline) override {}
+  void abort(const std::string&) override {}
+  int switchState(BackendSwitch) const override { return on_.load() ? 1 : 0; }
+  bool setSwitch(BackendSwitch, bool on) override {
+    on_ = on;
+    return true;
+  }
+  std::vector<bool> read;  // the switch as each allreduce read it (the stream's thread)
+
+ private:
+  const int hold_ms_;
+  const bool fail_;
+  std::atomic<bool> on_{false};
+};
+
+// A one-member set whose queue holds nothing: its allreduces run as a joined rank's (zeros).
+std::shared_ptr<ProcessSet> holdingSet(int hold_ms, bool fail, HoldingBackend** backend) {
+  auto set = std::make_shared<ProcessSet>(0, std::vector<int>{0}, 0, 0);
+  auto b = std::make_unique<HoldingBackend>(hold_ms, fail);
+  *backend = b.get();
+  set->backends.push_back(std::move(b));
+  return set;
+}
+
+RunPlan bigPlan(const std::shared_ptr<ProcessSet>& set, const std::string& name) {
+  Response r;
+  r.names = {name};
+  r.counts = {ExecStream::kInlineBytes / 4};
+  return RunPlan{set, {r}, ExecStream::kInlineBytes, nullptr};
+}
+
 }  // namespace
+
+TEST_CASE("the execution stream runs commands in order: a switch enqueued behind a running plan waits for it") {
+  Config config;
+  Stats stats;
+  ExecStream stream(config, stats, [](const Response&) {}, [](const Status&) {});
+  stream.start();
+  HoldingBackend* backend = nullptr;
+  auto set = holdingSet(50, false, &backend);
+  stream.enqueue(bigPlan(set, "first"));
+  stream.enqueue(SetBackendSwitch{{set}, BackendSwitch::kHierarchicalAllreduce, true});
+  stream.enqueue(bigPlan(set, "second"));
+  CHECK(stream.pendingTensors() >= 1);
+  stream.drain();
+  CHECK(stream.idle());
+  CHECK(stream.pendingTensors() == 0);
+  REQUIRE(backend->read.size() == 2);
+  CHECK_FALSE(backend->read[0]);  // the switch came after the first plan
+  CHECK(backend->read[1]);
+  // Idle: a switch runs on the caller at once.
+  stream.enqueue(SetBackendSwitch{{set}, BackendSwitch::kHierarchicalAllreduce, false});
+  CHECK(backend->switchState(BackendSwitch::kHierarchicalAllreduce) == 0);
+}
+
+TEST_CASE("a command that fails on the stream's thread is fatal: reported once, drain throws it, nothing more runs") {
+  Config config;
+  Stats stats;
+  std::mutex mu;
+  std::vector<std::string> errors;
+  ExecStream stream(config, stats, [](const Response&) {}, [&](const Status& s) {
+    std::lock_guard<std::mutex> lock(mu);
+    errors.push_back(s.message());
+  });
+  stream.start();
+  HoldingBackend* backend = nullptr;
+  auto set = holdingSet(0, true, &backend);
+  stream.enqueue(bigPlan(set, "doomed"));
+  stream.enqueue(bigPlan(set, "never"));
+  std::string thrown;
+  try {
+    stream.drain();
+  } catch (const Error& e) {
+    thrown = e.what();
+  }
+  CHECK(thrown.find("'doomed'") != std::string::npos);
+  CHECK(thrown.find("no peer answered") != std::string::npos);
+  CHECK(stream.failure().code() == StatusCode::kTimeout);
+  stream.stop();
+  std::lock_guard<std::mutex> lock(mu);
+  REQUIRE(errors.size() == 1);
+  CHECK(errors[0] == thrown);
+  CHECK(backend->read.size() == 1);  // "never" did not run
+}
 
 TEST_CASE("an autotune backend switch with pipelined rounds lands between the same two plans on every rank") {
   // Rank 1's first allreduce holds the data plane until its switch changes (at most 2 s)
