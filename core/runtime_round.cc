@@ -82,7 +82,7 @@ bool Runtime::runRound(bool* had_work) {
     std::vector<int64_t> bytes(plan.size());
     for (size_t k = 0; k < plan.size(); ++k) {
       const Response& r = plan[k];
-      int64_t row = 0;  // allgather and alltoall: this rank's rows (trailing dims agree)
+      int64_t row = 0;  // allgather, alltoall: elements per row (trailing dims agree)
       if (r.type == ResponseType::kOp && (r.op == OpType::kAllgather || r.op == OpType::kAlltoall))
         if (auto request = set.queue.peek(r.names[0])) row = rowElements(request->shape);
       bytes[k] = responseBytes(r, set.rank, set.size(), row);
