@@ -148,6 +148,12 @@ std::shared_ptr<ProcessSet> holdingSet(int hold_ms, bool fail, HoldingBackend** 
   return set;
 }
 
+int64_t roundsWithWork(const Runtime& rt) {
+  for (const auto& kv : rt.stats())
+    if (kv.first == "rounds.with_work") return kv.second;
+  return -1;
+}
+
 RunPlan bigPlan(const std::shared_ptr<ProcessSet>& set, const std::string& name) {
   Response r;
   r.names = {name};
@@ -211,11 +217,11 @@ TEST_CASE("a command that fails on the stream's thread is fatal: reported once, 
 
 TEST_CASE("an autotune backend switch with pipelined rounds lands between the same two plans on every rank") {
   // Rank 1's first allreduce holds the data plane until its switch changes (at most 2 s)
-  // while both ranks go on submitting, about one op per round (each too large to run
-  // inline): autotune (1 ms windows, every 4 rounds) reaches its hierarchical stage and
-  // flips the switch meanwhile. Applied by the
-  // background thread at once, rank 1's held call would read the new state and rank 0's the
-  // old one; as a command in the stream it lands after the held call on both.
+  // while both ranks go on submitting, one op per round (each too large to run inline):
+  // autotune (1 ms windows, every 4 rounds) reaches its hierarchical stage and flips the
+  // switch meanwhile. Applied by the background thread at once, rank 1's held call would
+  // read the new state and rank 0's the old one; as a command in the stream it lands after
+  // the held call on both.
   constexpr int kRanks = 2, kOps = 400;
   auto hub = makeLoopbackHub(kRanks);
   Failures failures;
@@ -242,7 +248,11 @@ TEST_CASE("an autotune backend switch with pipelined rounds lands between the sa
                                                  data[i].data()),
                                &handles[i]);
           if (!s.ok()) return failures.add("rank " + std::to_string(r) + ": submit: " + s.message());
-          std::this_thread::sleep_for(std::chrono::microseconds(500));
+          // About one round per op (at most 100 ms each), however slow the machine (TSan):
+          // autotune needs ~110 rounds to reach the switch.
+          const int64_t before = roundsWithWork(rt);
+          for (int k = 0; k < 1000 && roundsWithWork(rt) == before; ++k)
+            std::this_thread::sleep_for(std::chrono::microseconds(100));
         }
         for (int i = 0; i < kOps; ++i) {
           Status s = rt.wait(handles[i], 30, nullptr);
