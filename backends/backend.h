@@ -5,14 +5,17 @@
 //   and one CPU Backend. Group creation is collective over the group's members only.
 // ControlPlane: negotiation bytes (gather to group rank 0, broadcast from it, AND-allreduce
 //   of a bit vector). Used only by the background thread.
-// Backend: the data plane. Called only from the background thread, in the same order on
-//   every member. A backend that cannot run an op for a dtype/device says so in supports();
-//   the core then asks the next backend in the registry's order.
+// Backend: the data plane. Called by one thread at a time, the runtime's execution stream
+//   (core/exec_stream.h: its own thread with pipelined rounds, else the background thread),
+//   in the same order on every member; set creation (makeBackends) runs while the stream is
+//   drained. A backend that cannot run an op for a dtype/device says so in supports(); the
+//   core then asks the next backend in the registry's order.
 //
 // Every blocking call takes a Deadline. On a timeout a backend throws Error(kTimeout, ...)
 // naming the op and, where it knows, the peer it was waiting for, and poisons itself (every
 // later call fails fast with the same error). abort() does the same from outside.
-// Errors are thrown as tutti::Error; the core catches them on the background thread.
+// abort() may come from any thread. Errors are thrown as tutti::Error; the core catches
+// them on the thread that made the call.
 #pragma once
 
 #include "base/common.h"
@@ -37,6 +40,11 @@ class ControlPlane {
   virtual void allreduceAnd(std::vector<uint64_t>& bits, Deadline deadline) = 0;
   virtual void abort(const std::string& reason) = 0;
 };
+
+// A run-time switch of a backend's algorithm (autotune flips them). Every member must flip
+// it between the same two collectives: the execution stream runs the flip as a command in
+// the agreed order (SetBackendSwitch).
+enum class BackendSwitch { kHierarchicalAllreduce };
 
 class Backend {
  public:
@@ -69,6 +77,11 @@ class Backend {
                              DataType dtype, ReduceOp op, Deadline deadline) = 0;
   virtual void barrier(Deadline deadline) = 0;
   virtual void abort(const std::string& reason) = 0;
+
+  // A switch this backend has: 1 on, 0 off; -1 when it has no such switch.
+  virtual int switchState(BackendSwitch /*which*/) const { return -1; }
+  // Sets the switch from the next call on. False (nothing changes) when it has none.
+  virtual bool setSwitch(BackendSwitch /*which*/, bool /*on*/) { return false; }
 };
 
 class Transport {

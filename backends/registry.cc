@@ -131,15 +131,16 @@ std::vector<std::unique_ptr<Backend>> makeBackends(Transport& transport, Control
   return backends;
 }
 
-int hierarchicalAllreduce(const std::vector<std::unique_ptr<Backend>>& backends) {
+int backendSwitch(const std::vector<std::unique_ptr<Backend>>& backends, BackendSwitch which) {
   for (const auto& b : backends)
-    if (int state = hierarchicalState(*b); state >= 0) return state;
+    if (int state = b->switchState(which); state >= 0) return state;
   return -1;
 }
 
-bool setHierarchicalAllreduce(const std::vector<std::unique_ptr<Backend>>& backends, bool on) {
+bool setBackendSwitch(const std::vector<std::unique_ptr<Backend>>& backends,
+                      BackendSwitch which, bool on) {
   bool found = false;
-  for (const auto& b : backends) found = setHierarchical(*b, on) || found;
+  for (const auto& b : backends) found = b->setSwitch(which, on) || found;
   return found;
 }
 

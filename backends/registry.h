@@ -35,13 +35,16 @@ std::vector<std::unique_ptr<Backend>> makeBackends(Transport& transport, Control
                                                    const std::vector<int>& ranks, int id,
                                                    const BackendOptions& options);
 
-// Switches hierarchical allreduce on or off in a set's backends, from the next allreduce
-// on; TUTTI_HIERARCHICAL_ALLREDUCE gave the starting state. Returns false when the
-// set has no hierarchical backend (one host, one member per host, uneven hosts, shm off).
-// Call it on every member of the set between the same two rounds (e.g. right after a
-// round's AND), from the background thread.
-bool setHierarchicalAllreduce(const std::vector<std::unique_ptr<Backend>>& backends, bool on);
-// 1 when the set's hierarchical allreduce is on, 0 when off, -1 when it has none.
-int hierarchicalAllreduce(const std::vector<std::unique_ptr<Backend>>& backends);
+// Sets `which` in a set's backends (BackendSwitch::kHierarchicalAllreduce: hierarchical
+// allreduce on or off; TUTTI_HIERARCHICAL_ALLREDUCE gave its starting state), from the next
+// call on. Returns false when no backend of the set has that switch (for hierarchical
+// allreduce: one host, one member per host, uneven hosts, shm off). Only the execution
+// stream calls it, as its SetBackendSwitch command, so that every member of the set flips
+// it between the same two plans; or the thread that makes the set, before its first plan.
+bool setBackendSwitch(const std::vector<std::unique_ptr<Backend>>& backends,
+                      BackendSwitch which, bool on);
+// 1 when the set's switch is on, 0 when off, -1 when it has none. Read by the thread that
+// makes the set, or by the stream.
+int backendSwitch(const std::vector<std::unique_ptr<Backend>>& backends, BackendSwitch which);
 
 }  // namespace tutti

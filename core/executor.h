@@ -1,6 +1,8 @@
 // Runs the agreed responses on this rank: packs fused tensors into the fusion buffer, calls
 // the first backend that supports the op, unpacks, applies scale factors and completes the
-// handles. Background thread only.
+// handles. Owned by the execution stream (core/exec_stream.h) and used only by the commands
+// it runs: one thread at a time, its own or the background thread when it runs a command
+// inline.
 //
 // Each tensor's row of the timeline (when one is given) shows, inside the op's span
 // (ALLREDUCE, ...): PACK (copy into the fusion buffer, prescale), the backend call

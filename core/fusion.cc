@@ -1,5 +1,7 @@
 #include "core/fusion.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <new>
 
@@ -24,7 +26,46 @@ int64_t bytesOf(const Response& r) {
   return checkedMul(n, dataTypeSize(r.dtype), &n) ? n : -1;
 }
 
+// sum(v) * factor, or INT64_MAX when it does not fit (or a term is negative).
+int64_t scaledSum(const std::vector<int64_t>& v, int64_t factor) {
+  int64_t n = 0;
+  for (int64_t x : v)
+    if (x < 0 || !checkedAdd(n, x, &n)) return INT64_MAX;
+  return checkedMul(n, factor, &n) ? n : INT64_MAX;
+}
+
 }  // namespace
+
+int64_t responseBytes(const Response& r, int rank, int size, int64_t row_elements) {
+  if (r.type == ResponseType::kError) return 0;
+  const int64_t esize = dataTypeSize(r.dtype);
+  switch (r.op) {
+    case OpType::kAllreduce:
+      return scaledSum(r.counts, esize);
+    case OpType::kBroadcast:
+    case OpType::kReducescatter:
+      return r.counts.empty() ? 0 : scaledSum({r.counts[0]}, esize);
+    case OpType::kAllgather: {
+      int64_t row_bytes = 0;
+      if (!checkedMul(std::max<int64_t>(row_elements, 0), esize, &row_bytes)) return INT64_MAX;
+      return scaledSum(r.first_dims, row_bytes);
+    }
+    case OpType::kAlltoall: {
+      int64_t row_bytes = 0;
+      if (!checkedMul(std::max<int64_t>(row_elements, 0), esize, &row_bytes)) return INT64_MAX;
+      const size_t n = static_cast<size_t>(std::max(size, 0));
+      if (rank < 0 || rank >= size || r.splits.size() != n * n) return 0;
+      std::vector<int64_t> sent(n), received(n);
+      for (size_t j = 0; j < n; ++j) {
+        sent[j] = r.splits[static_cast<size_t>(rank) * n + j];
+        received[j] = r.splits[j * n + static_cast<size_t>(rank)];
+      }
+      return std::max(scaledSum(sent, row_bytes), scaledSum(received, row_bytes));
+    }
+    default:
+      return 0;
+  }
+}
 
 std::vector<Response> planFusion(std::vector<Response> responses, int64_t threshold) {
   std::vector<Response> out;

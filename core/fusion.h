@@ -17,6 +17,14 @@ namespace tutti {
 // relative order. CUDA tensors and errors are never fused.
 std::vector<Response> planFusion(std::vector<Response> responses, int64_t threshold);
 
+// The bytes of data `r` moves on this rank (group rank `rank` of `size`), known from the
+// agreed response alone but for `row_elements`: the elements per first-dimension row of
+// this rank's tensor (allgather, alltoall; the trailing dimensions agree on every rank).
+// allreduce: every tensor; broadcast, reducescatter: the input; allgather: the gathered
+// output; alltoall: what it sends or receives, whichever is more. 0 for an error response,
+// barrier, join and set changes; INT64_MAX when it does not fit.
+int64_t responseBytes(const Response& r, int rank, int size, int64_t row_elements);
+
 // Grows on demand and never shrinks: fresh pages are slow here, so the buffer is reused.
 class FusionBuffer {
  public:

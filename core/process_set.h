@@ -1,6 +1,9 @@
 // One process set: its members, its negotiation channel, its backends, this rank's queue
 // for it and its negotiator (cache, coordinator, the state between rounds). Owned by the
-// Runtime; the queue is thread-safe, everything else is used by the background thread only.
+// Runtime. Threads: the queue is thread-safe; the control plane and the negotiator are the
+// background thread's; the backends are the execution stream's (core/exec_stream.h: made by
+// the thread that makes the set before its first plan, then called only by the stream's
+// commands, abort() from any thread). The members never change.
 #pragma once
 
 #include "backends/backend.h"
@@ -8,7 +11,9 @@
 #include "core/tensor_queue.h"
 
 #include <algorithm>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 namespace tutti {
@@ -35,6 +40,54 @@ struct ProcessSet {
     auto it = std::find(ranks.begin(), ranks.end(), world_rank);
     return it == ranks.end() ? -1 : static_cast<int>(it - ranks.begin());
   }
+};
+
+// The runtime's process sets by id. Thread-safe: API threads look sets up; the thread that
+// makes the global set at init and then the background thread (a ChangeSets command) add
+// and remove them.
+class SetTable {
+ public:
+  std::shared_ptr<ProcessSet> find(int id) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = sets_.find(id);
+    return it == sets_.end() ? nullptr : it->second;
+  }
+  std::vector<std::shared_ptr<ProcessSet>> all() const {  // in id order
+    std::vector<std::shared_ptr<ProcessSet>> sets;
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& kv : sets_) sets.push_back(kv.second);
+    return sets;
+  }
+  void put(std::shared_ptr<ProcessSet> set) {
+    std::lock_guard<std::mutex> lock(mu_);
+    sets_[set->id] = std::move(set);
+  }
+  std::shared_ptr<ProcessSet> remove(int id) {  // null when unknown
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = sets_.find(id);
+    if (it == sets_.end()) return nullptr;
+    auto set = std::move(it->second);
+    sets_.erase(it);
+    return set;
+  }
+  void clear() {
+    std::lock_guard<std::mutex> lock(mu_);
+    sets_.clear();
+  }
+  // This rank's entries in flight, over the sets it belongs to.
+  int64_t inFlight() const {
+    int64_t n = 0;
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& kv : sets_)
+      if (kv.second->member()) n += static_cast<int64_t>(kv.second->queue.inFlight());
+    return n;
+  }
+  int nextId() { return next_id_++; }  // the background thread only
+
+ private:
+  mutable std::mutex mu_;
+  std::map<int, std::shared_ptr<ProcessSet>> sets_;
+  int next_id_ = 1;
 };
 
 }  // namespace tutti

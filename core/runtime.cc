@@ -19,8 +19,8 @@ Runtime::Runtime(Config config) : Runtime(config, makeTransport(backendOptions(c
 Runtime::Runtime(Config config, std::unique_ptr<Transport> transport)
     : config_(std::move(config)),
       transport_(std::move(transport)),
-      executor_(config_, stats_),
-      pipeline_(executor_, [this](const Status& s) { pipelineFailed(s); }),
+      stream_(config_, stats_, [this](const Response& r) { applySetChange(r); },
+              [this](const Status& s) { streamFailed(s); }),
       tuned_{config_.fusion_threshold, config_.cycle_time_ms, config_.cache_capacity > 0} {
   if (!config_.elastic.id.empty()) {  // an elastic worker's seat, from the rendezvous
     config_.topology.rank = transport_->rank();
@@ -42,17 +42,14 @@ Runtime::Runtime(Config config, std::unique_ptr<Transport> transport)
     Timeline::probe(timeline_file, config_.timeline_filename, config_.topology.rank);
   std::vector<int> all(config_.topology.size);
   for (int i = 0; i < config_.topology.size; ++i) all[i] = i;
-  syncClock(*createSet(0, all));
+  auto global = createSet(0, all);
+  syncClock(*global);
+  // The same on every rank: the registry made the switch as member 0's setting says.
+  tuned_.hierarchical = backendSwitch(global->backends, BackendSwitch::kHierarchicalAllreduce);
   Status started = startTimeline(config_.timeline_filename, config_.timeline_mark_cycles);
   if (!started.ok()) throwError(started.code(), started.message());
-  // auto: an executor thread where every rank of this host can have three cores' worth of
-  // threads (the caller's, the background and the executor thread).
-  pipelined_ = config_.pipeline == "1" ||
-               (config_.pipeline == "auto" &&
-                std::thread::hardware_concurrency() >=
-                    3u * static_cast<unsigned>(std::max(1, config_.topology.local_size)));
+  if (ExecStream::wantsThread(config_)) stream_.start();
   logStartup();
-  if (pipelined_) pipeline_.start();
   thread_ = std::thread([this] { loop(); });
   thread_id_ = thread_.get_id();
 }
@@ -80,7 +77,6 @@ void Runtime::shutdown(const std::string& note) {
                          "] counters at shutdown (TUTTI_STATS=1):\n" + stats_.report();
       std::fwrite(text.data(), 1, text.size(), stderr);
     }
-    std::lock_guard<std::mutex> lock(sets_mu_);
     sets_.clear();
     transport_.reset();
   });
@@ -89,12 +85,6 @@ void Runtime::shutdown(const std::string& note) {
 Status Runtime::stoppedStatus() const {
   std::lock_guard<std::mutex> lock(status_mu_);
   return stopped_;
-}
-
-std::shared_ptr<ProcessSet> Runtime::findSet(int id) const {
-  std::lock_guard<std::mutex> lock(sets_mu_);
-  auto it = sets_.find(id);
-  return it == sets_.end() ? nullptr : it->second;
 }
 
 std::shared_ptr<ProcessSet> Runtime::createSet(int id, std::vector<int> ranks) {
@@ -115,15 +105,14 @@ std::shared_ptr<ProcessSet> Runtime::createSet(int id, std::vector<int> ranks) {
         makeBackends(*transport_, *set->control, set->ranks, id, backendOptions(config_));
     logSetBackends(*set);
   }
-  std::lock_guard<std::mutex> lock(sets_mu_);
-  sets_[id] = set;
+  sets_.put(set);
   return set;
 }
 
 Status Runtime::submit(int process_set, std::vector<TensorEntry> entries, Callback callback,
                        Handle* handle) {
   if (stopped_once_.load()) return stoppedStatus();
-  auto set = findSet(process_set);
+  auto set = sets_.find(process_set);
   if (!set)
     return Status(StatusCode::kInvalidArgument,
                   "process set " + std::to_string(process_set) + " does not exist");
@@ -232,13 +221,6 @@ Status Runtime::recordStop(const Status& status) {
   return stopped_;
 }
 
-std::vector<std::shared_ptr<ProcessSet>> Runtime::allSets() const {
-  std::vector<std::shared_ptr<ProcessSet>> sets;
-  std::lock_guard<std::mutex> lock(sets_mu_);
-  for (auto& kv : sets_) sets.push_back(kv.second);
-  return sets;
-}
-
 void Runtime::abortSets(const std::vector<std::shared_ptr<ProcessSet>>& sets,
                         const std::string& why) {
   for (auto& set : sets) {
@@ -252,7 +234,7 @@ void Runtime::failJob(const Status& status) {
   recordStop(status);
   job_failed_ = true;
   TUTTI_LOG(kError) << status.message();
-  abortSets(allSets(), status.message());
+  abortSets(sets_.all(), status.message());
   std::unique_lock<std::mutex> lock(wake_mu_);
   wake_cv_.notify_all();
   if (onBackgroundThread()) return;  // a callback: the thread stops when it returns
@@ -294,7 +276,7 @@ Status Runtime::addProcessSet(std::vector<int> ranks, int* id) {
 
 Status Runtime::removeProcessSet(int id) {
   if (id == 0) return Status(StatusCode::kInvalidArgument, "remove_process_set: the global process set 0 cannot be removed");
-  if (!findSet(id)) return Status(StatusCode::kInvalidArgument, "remove_process_set: process set " + std::to_string(id) + " does not exist");
+  if (!sets_.find(id)) return Status(StatusCode::kInvalidArgument, "remove_process_set: process set " + std::to_string(id) + " does not exist");
   TensorEntry e;
   e.request.op = OpType::kRemoveProcessSet;
   e.request.root = id;
@@ -305,70 +287,24 @@ Status Runtime::removeProcessSet(int id) {
 }
 
 std::vector<int> Runtime::processSetRanks(int id) const {
-  auto set = findSet(id);
+  auto set = sets_.find(id);
   return set ? set->ranks : std::vector<int>();
 }
 
 int Runtime::processSetRank(int id) const {
-  auto set = findSet(id);
+  auto set = sets_.find(id);
   return set ? set->rank : -1;
 }
 
 bool Runtime::busy() const {
-  // Entries of plans the executor thread has yet to run need no more rounds.
-  int64_t in_flight = 0;
-  {
-    std::lock_guard<std::mutex> lock(sets_mu_);
-    for (const auto& kv : sets_)
-      if (kv.second->member()) in_flight += static_cast<int64_t>(kv.second->queue.inFlight());
-  }
-  return in_flight > pipeline_.pendingTensors();
+  // Entries of plans the stream's thread has yet to run need no more rounds.
+  return sets_.inFlight() > stream_.pendingTensors();
 }
 
-void Runtime::execute(const std::shared_ptr<ProcessSet>& set, std::vector<Response> plan,
-                      int64_t bytes, const std::shared_ptr<Timeline>& tl) {
-  auto changes_sets = [](const Response& r) {
-    return r.op == OpType::kAddProcessSet || r.op == OpType::kRemoveProcessSet;
-  };
-  // A small plan takes microseconds to run: with the executor idle there is nothing to
-  // overlap it with that a thread hand-off would not cost more (a lone op's latency).
-  // A set change makes or removes sets (collective setup on their channels): everything
-  // planned before it runs first, and nothing runs beside it.
-  if (pipelined_ && std::none_of(plan.begin(), plan.end(), changes_sets)) {
-    if (bytes >= kInlineBytes || !pipeline_.idle()) {
-      Pipeline::Batch batch;
-      for (const auto& r : plan) batch.tensors += static_cast<int64_t>(r.names.size());
-      batch.set = set;
-      batch.plan = std::move(plan);
-      batch.timeline = tl;
-      pipeline_.push(std::move(batch));
-      return;
-    }
-  } else {
-    drainPipeline();
-  }
-  for (const auto& response : plan) {
-    if (changes_sets(response)) {
-      applySetChange(response);
-      if (tl) tl->endAll(set->id, response.op, response.names[0]);
-    } else {
-      executor_.run(response, *set, tl.get());
-    }
-  }
-}
-
-void Runtime::drainPipeline() {
-  if (!pipelined_) return;
-  // A batch's backend calls have deadlines of TUTTI_TIMEOUT_SECONDS each: one that finishes
-  // nothing for longer than that (and a little) is stuck.
-  Status why;
-  if (!pipeline_.drain(config_.timeout_seconds + 5.0, &why)) throwError(why.code(), why.message());
-}
-
-void Runtime::pipelineFailed(const Status& status) {
+void Runtime::streamFailed(const Status& status) {
   recordStop(status);
   job_failed_ = true;
-  abortSets(allSets(), status.message());
+  abortSets(sets_.all(), status.message());
   {
     std::lock_guard<std::mutex> lock(wake_mu_);
     work_pending_ = true;  // the background thread runs a round at once: it fails and stops
@@ -449,25 +385,22 @@ void Runtime::coalesceBurst(std::chrono::duration<double, std::milli> limit) {
 }
 
 void Runtime::applySetChange(const Response& response) {
-  auto global = findSet(0);
+  auto global = sets_.find(0);
   auto entry = global->queue.take(response.names[0]);
   Status status;
   if (response.type == ResponseType::kError) {
     status = Status(response.error_code, response.error_message);
   } else if (response.op == OpType::kAddProcessSet) {
-    int id = next_set_id_++;
-    createSet(id, std::vector<int>(response.splits.begin(), response.splits.end()));
+    int id = sets_.nextId();
+    auto set = createSet(id, std::vector<int>(response.splits.begin(), response.splits.end()));
+    // A new set starts with the switch autotune chose (the same on every rank): the stream
+    // has drained, and this set has run nothing yet.
+    if (set->member() && tuned_.hierarchical >= 0)
+      setBackendSwitch(set->backends, BackendSwitch::kHierarchicalAllreduce,
+                       tuned_.hierarchical == 1);
     if (entry) entry->handle->value = id;
   } else {
-    std::shared_ptr<ProcessSet> removed;
-    {
-      std::lock_guard<std::mutex> lock(sets_mu_);
-      auto it = sets_.find(response.value);
-      if (it != sets_.end()) {
-        removed = it->second;
-        sets_.erase(it);
-      }
-    }
+    std::shared_ptr<ProcessSet> removed = sets_.remove(response.value);
     if (removed)
       for (auto& e : removed->queue.takeAll())
         HandleTable::complete(*e.handle, Status(StatusCode::kAborted,
@@ -483,11 +416,11 @@ void Runtime::stop(const Status& status) {
   if (first.code() != StatusCode::kAborted) job_failed_ = true;
   if (first.code() != StatusCode::kAborted && status.code() != StatusCode::kAborted)
     TUTTI_LOG(kError) << "background thread stopped: " << first.message();
-  const auto sets = allSets();
+  const auto sets = sets_.all();
   if (first.code() != StatusCode::kAborted) abortSets(sets, first.message());
-  // The executor thread lets go of the queued entries (its batch in progress fails fast
+  // The stream's thread lets go of the queued entries (its command in progress fails fast
   // on the aborted backends) before they are failed here.
-  pipeline_.stop();
+  stream_.stop();
   for (auto& set : sets)
     for (auto& e : set->queue.takeAll()) HandleTable::fail(*e.handle, first);
   handles_.failAll(first);

@@ -1,7 +1,8 @@
 // The Runtime owns everything of one initialized Tutti: the transport, the process sets
-// (queues, coordinators, control planes, backends), the executor with its fusion buffer,
-// the handle table and the background thread. No global state: the C/C++ API holds the
-// one Runtime. Public methods are thread-safe.
+// (queues, negotiators, control planes, backends), the execution stream (core/exec_stream.h:
+// the executor with its fusion buffer, the only code that touches the backends' data
+// plane), the handle table and the background thread. No global state: the C/C++ API holds
+// the one Runtime. Public methods are thread-safe.
 //
 // The background thread runs rounds (core/runtime_round.cc; docs/architecture.md has the
 // long form). One round:
@@ -17,8 +18,9 @@
 //      order, with new requests (or a joined rank): its members gather their requests at
 //      the set's rank 0, which decides (Coordinator) and broadcasts the ordered responses.
 //   4. The cache learns the new responses; every member plans fusion over the ready
-//      responses (pure, so identical everywhere) and executes them in order; add/remove
-//      process set responses change the set table.
+//      responses (pure, so identical everywhere) and enqueues them on the execution stream
+//      in order (add/remove process set responses as ChangeSets, which change the set
+//      table; autotune's backend switches, after the AND, as SetBackendSwitch).
 //   5. If bit 0 came back 0, every rank stops after one more gather/broadcast on the global
 //      set that tells everyone why ("rank 2 left the job (exited with code 7)", "rank 2
 //      called shutdown"): open handles fail with a shutdown error naming those ranks.
@@ -31,17 +33,15 @@
 #include "backends/backend.h"
 #include "core/autotune.h"
 #include "core/config.h"
-#include "core/executor.h"
 #include "core/handle_table.h"
 #include "core/job_clock.h"
-#include "core/pipeline.h"
+#include "core/exec_stream.h"
 #include "core/process_set.h"
 #include "core/stats.h"
 #include "core/timeline.h"
 
 #include <atomic>
 #include <condition_variable>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -64,9 +64,9 @@ class Runtime {
   // Idempotent. Called on the background thread itself (from a callback) it only asks the
   // thread to stop after its round; a later shutdown() on another thread joins it.
   void shutdown(const std::string& note = "called shutdown");
-  // The background thread or the executor thread of pipelined rounds (callbacks run there).
+  // The background thread or the execution stream's thread (callbacks run there).
   bool onBackgroundThread() const {
-    return std::this_thread::get_id() == thread_id_ || pipeline_.onThread();
+    return std::this_thread::get_id() == thread_id_ || stream_.onThread();
   }
 
   const Config& config() const { return config_; }
@@ -101,12 +101,7 @@ class Runtime {
   // error (a timeout, a lost peer); false after this rank's own shutdown.
   bool jobFailed() const { return job_failed_.load(); }
 
-  // Pipelined rounds (TUTTI_PIPELINE): a plan of fewer bytes runs on the background thread
-  // when the executor thread is idle.
-  static constexpr int64_t kInlineBytes = 64 << 10;
-
  private:
-  std::shared_ptr<ProcessSet> findSet(int id) const;
   std::shared_ptr<ProcessSet> createSet(int id, std::vector<int> ranks);
   void loop();
   void coalesceBurst(std::chrono::duration<double, std::milli> limit);
@@ -115,19 +110,18 @@ class Runtime {
   // ended and broadcasts the settings; every rank applies them (core/autotune.h).
   static constexpr uint64_t kTuneEveryRounds = 4;
   void tune(ProcessSet& global);
-  void logRound(const ProcessSet& set, const std::vector<Response>& plan, size_t cache_hits) const;
+  void logRound(const ProcessSet& set, const std::vector<Response>& plan,
+                const std::vector<int64_t>& bytes, size_t cache_hits) const;
   std::string checkStalls(ProcessSet& set);  // root: warns; returns a fatal message if due
+  // ChangeSets, run by the stream on the background thread once it has drained.
   void applySetChange(const Response& response);
-  // Runs `plan` for `set`: on the executor thread (pipelined), or here after every batch
-  // pushed before it has run (TUTTI_PIPELINE=0, or a plan that changes the set table).
-  // A plan of fewer `bytes` (its responses' data) runs here when the executor thread is idle.
-  void execute(const std::shared_ptr<ProcessSet>& set, std::vector<Response> plan,
-               int64_t bytes, const std::shared_ptr<Timeline>& tl);
-  // Waits until the executor thread has run every plan pushed so far; throws its failure.
-  void drainPipeline();
-  // The executor thread's failure: made the sticky error; every set is aborted and the
+  // Enqueues `set`'s plan on the stream: each run of ops as one RunPlan, each set change
+  // as a ChangeSets. `bytes` are the plan's responses' (responseBytes).
+  void enqueuePlan(const std::shared_ptr<ProcessSet>& set, std::vector<Response> plan,
+                   const std::vector<int64_t>& bytes, const std::shared_ptr<Timeline>& tl);
+  // A failure on the stream's thread: made the sticky error; every set is aborted and the
   // background thread woken, so that it stops at once.
-  void pipelineFailed(const Status& status);
+  void streamFailed(const Status& status);
   void stop(const Status& status);
   // From an API thread: makes `status` the sticky error, aborts every control plane and
   // backend and waits (bounded) for the background thread to leave, so that no queued op
@@ -137,7 +131,6 @@ class Runtime {
   Status recordStop(const Status& status);
   // Aborts every control plane and backend of the sets this rank belongs to (peers fail fast).
   void abortSets(const std::vector<std::shared_ptr<ProcessSet>>& sets, const std::string& why);
-  std::vector<std::shared_ptr<ProcessSet>> allSets() const;
   std::string exchangeLeaveNotes(ProcessSet& global, const std::string& mine);
   bool busy() const;
   std::shared_ptr<Timeline> timeline() const;  // null when off: one atomic load
@@ -152,9 +145,7 @@ class Runtime {
   std::unique_ptr<Transport> transport_;
   HandleTable handles_;
   Stats stats_;
-  Executor executor_;
-  Pipeline pipeline_;  // TUTTI_PIPELINE: runs the plans while the next round negotiates
-  bool pipelined_ = false;  // TUTTI_PIPELINE, auto decided at init
+  ExecStream stream_;  // the data plane; its thread (TUTTI_PIPELINE) overlaps the rounds
   JobClock clock_;  // measured once at init
 
   mutable std::mutex timeline_mu_;
@@ -166,9 +157,7 @@ class Runtime {
   Clock::time_point tune_window_start_;
   int64_t tune_window_bytes_ = 0;
 
-  mutable std::mutex sets_mu_;
-  std::map<int, std::shared_ptr<ProcessSet>> sets_;
-  int next_set_id_ = 1;  // background thread only
+  SetTable sets_;
 
   std::mutex wake_mu_;
   std::condition_variable wake_cv_;
@@ -176,7 +165,8 @@ class Runtime {
   std::atomic<bool> sleeping_{false};
   std::atomic<uint64_t> submissions_{0};     // submit() calls so far
   std::atomic<int64_t> last_submit_{0};      // Clock ticks of the last one
-  uint64_t submissions_seen_ = 0;            // background thread only  // the background thread waits on wake_cv_ (under wake_mu_)
+  uint64_t submissions_seen_ = 0;            // background thread only
+  // The background thread waits on wake_cv_ (under wake_mu_).
   bool shutdown_requested_ = false;
   std::string leave_note_;             // under wake_mu_: why this rank stops
   bool thread_exited_ = false;         // under wake_mu_; wake_cv_ tells failJob

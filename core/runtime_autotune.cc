@@ -3,6 +3,7 @@
 #include "base/logging.h"
 #include "core/runtime.h"
 
+#include <cmath>
 #include <cstdio>
 #include <sstream>
 
@@ -27,7 +28,6 @@ void Runtime::tune(ProcessSet& global) {
   if (global.rank == 0) {
     const auto now = Clock::now();
     if (!autotuner_) {
-      tuned_.hierarchical = hierarchicalAllreduce(global.backends);  // -1: none to tune
       autotuner_ = std::make_unique<Autotuner>(tuned_, config_.autotune_warmup_windows,
                                                config_.autotune_samples,
                                                config_.cache_capacity > 0);
@@ -61,18 +61,31 @@ void Runtime::tune(ProcessSet& global) {
     message = std::to_string(next.fusion_threshold) + " " + std::to_string(next.cycle_time_ms) +
               " " + std::to_string(next.cache ? 1 : 0) + " " + std::to_string(next.hierarchical);
   }
-  std::istringstream in(global.control->broadcast(message, deadlineAfter(config_.timeout_seconds)));
+  const std::string sent = global.control->broadcast(message, deadlineAfter(config_.timeout_seconds));
+  std::istringstream in(sent);
   TuneSettings next = tuned_;
   int cache = 1;
   in >> next.fusion_threshold >> next.cycle_time_ms >> cache >> next.hierarchical;
+  if (in.fail() || next.fusion_threshold < 0 || !std::isfinite(next.cycle_time_ms) ||
+      next.cycle_time_ms < 0 || (cache != 0 && cache != 1) || next.hierarchical < -1 ||
+      next.hierarchical > 1)
+    throwError(StatusCode::kInternal,
+               "autotune: rank " + std::to_string(config_.topology.rank) +
+                   " got settings '" + sent.substr(0, 100) + "' from rank 0; expected "
+                   "'<fusion threshold >= 0> <cycle time ms >= 0> <cache 0|1> <hierarchical -1|0|1>'");
   next.cache = cache != 0;
   if (describe(next) != describe(tuned_))
     TUTTI_LOG(kDebug) << "autotune: " << describe(next) << " from round " << rounds_;
-  // Hierarchical allreduce switches now, between this round's AND and its execution, on
-  // every rank (rank 0's first broadcast also tells the others the starting state).
-  if (next.hierarchical >= 0 && next.hierarchical != tuned_.hierarchical)
-    for (const auto& set : allSets())
-      if (set->member()) setHierarchicalAllreduce(set->backends, next.hierarchical == 1);
+  // Hierarchical allreduce switches after every plan of the rounds before and before this
+  // round's: a command on the stream, enqueued at the same point on every rank.
+  if (next.hierarchical >= 0 && next.hierarchical != tuned_.hierarchical) {
+    SetBackendSwitch flip;
+    flip.which = BackendSwitch::kHierarchicalAllreduce;
+    flip.on = next.hierarchical == 1;
+    for (auto& set : sets_.all())
+      if (set->member()) flip.sets.push_back(std::move(set));
+    stream_.enqueue(std::move(flip));
+  }
   tuned_ = next;  // the cache follows at the start of the next round (Negotiator::useCache)
 }
 

@@ -96,7 +96,7 @@ void Runtime::logStartup() const {
                      " of " + std::to_string(t.local_size) + ", cross rank " +
                      std::to_string(t.cross_rank) + " of " + std::to_string(t.cross_size) +
                      "; " + transport_->name() + " transport");
-  logLine(level, std::string("pipelined rounds ") + (pipelined_ ? "on" : "off") +
+  logLine(level, std::string("pipelined rounds ") + (stream_.threaded() ? "on" : "off") +
                      " (TUTTI_PIPELINE=" + config_.pipeline + "; " +
                      std::to_string(std::thread::hardware_concurrency()) + " cores for " +
                      std::to_string(t.local_size) + " rank(s) on this host)");

@@ -1,6 +1,6 @@
 // The background thread's round (see runtime.h, steps 2-5): each set's negotiator builds
-// its bits, one AND-allreduce for all, then set by set: agree, plan fusion, execute; and
-// rank 0's stall checks.
+// its bits, one AND-allreduce for all, then set by set: agree, plan fusion, enqueue the plan
+// on the execution stream; and rank 0's stall checks.
 #include "base/logging.h"
 #include "core/runtime.h"
 
@@ -15,10 +15,17 @@ struct RoundNotes {
   int64_t cache_hits = 0, negotiated = 0, batches = 0, bytes = 0;
 };
 
+int64_t rowElements(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (size_t i = 1; i < shape.size(); ++i)
+    if (!checkedMul(n, shape[i], &n)) return INT64_MAX;
+  return n;
+}
+
 }  // namespace
 
 bool Runtime::runRound(bool* had_work) {
-  const std::vector<std::shared_ptr<ProcessSet>> sets = allSets();
+  const std::vector<std::shared_ptr<ProcessSet>> sets = sets_.all();
   const std::shared_ptr<Timeline> tl = timeline();
   const int64_t round_start = tl ? tl->now() : 0;
   if (tl && tl->markCycles()) tl->cycleMark();
@@ -52,13 +59,14 @@ bool Runtime::runRound(bool* had_work) {
   const auto and_start = Clock::now();
   sets[0]->control->allreduceAnd(bits.words(), deadlineAfter(config_.timeout_seconds));
   stats_.addTime(StatTime::kNegotiation, Clock::now() - and_start);
-  const Status failed = pipeline_.failure();  // the executor thread's batch failed
+  const Status failed = stream_.failure();  // a command failed on the stream's thread
   if (!failed.ok()) throwError(failed.code(), failed.message());
   // Every rank runs the same rounds (the AND above is collective), so each one reaches
-  // this point in the same round: rank 0's autotune choice applies everywhere at once.
+  // this point in the same round: rank 0's autotune choice applies everywhere at once (a
+  // backend switch as a command on the stream, after every plan of the rounds before).
   if (config_.autotune && bits.running() && rounds_ % kTuneEveryRounds == 0) tune(*sets[0]);
 
-  // 3-4. Set by set, in id order: agree, plan fusion, execute.
+  // 3-4. Set by set, in id order: agree, plan fusion, enqueue on the stream.
   *had_work = false;
   for (size_t i = 0; i < sets.size(); ++i) {
     ProcessSet& set = *sets[i];
@@ -71,13 +79,18 @@ bool Runtime::runRound(bool* had_work) {
     notes.cache_hits += static_cast<int64_t>(agreed.cached);
     notes.negotiated += static_cast<int64_t>(agreed.responses.size() - agreed.cached);
     std::vector<Response> plan = planFusion(std::move(agreed.responses), tuned_.fusion_threshold);
-    if (logEnabled(LogLevel::kDebug)) logRound(set, plan, agreed.cached);
-    int64_t plan_bytes = 0;
-    for (const auto& response : plan)
-      for (int64_t c : response.counts) plan_bytes += c * dataTypeSize(response.dtype);
+    std::vector<int64_t> bytes(plan.size());
+    for (size_t k = 0; k < plan.size(); ++k) {
+      const Response& r = plan[k];
+      int64_t row = 0;  // allgather, alltoall: elements per row (trailing dims agree)
+      if (r.type == ResponseType::kOp && (r.op == OpType::kAllgather || r.op == OpType::kAlltoall))
+        if (auto request = set.queue.peek(r.names[0])) row = rowElements(request->shape);
+      bytes[k] = responseBytes(r, set.rank, set.size(), row);
+      if (!checkedAdd(notes.bytes, bytes[k], &notes.bytes)) notes.bytes = INT64_MAX;
+    }
+    if (logEnabled(LogLevel::kDebug)) logRound(set, plan, bytes, agreed.cached);
     notes.batches += static_cast<int64_t>(plan.size());
-    notes.bytes += plan_bytes;
-    execute(sets[i], std::move(plan), plan_bytes, tl);
+    enqueuePlan(sets[i], std::move(plan), bytes, tl);
   }
   stats_.addRound(*had_work);
   if (tl && *had_work)
@@ -91,7 +104,7 @@ bool Runtime::runRound(bool* had_work) {
   // 5. Shutdown: every rank learns it in the same round, then who stopped and why, once
   //    everything planned has run.
   if (!bits.running()) {
-    drainPipeline();
+    stream_.drain();
     std::string note;
     if (shutting_down) {
       std::lock_guard<std::mutex> lock(wake_mu_);
@@ -128,18 +141,50 @@ std::string Runtime::exchangeLeaveNotes(ProcessSet& global, const std::string& m
   return global.control->broadcast(who, deadline);
 }
 
+void Runtime::enqueuePlan(const std::shared_ptr<ProcessSet>& set, std::vector<Response> plan,
+                          const std::vector<int64_t>& bytes,
+                          const std::shared_ptr<Timeline>& tl) {
+  // A set change makes or removes sets (collective setup on their channels): the stream
+  // runs everything before it first and nothing beside it. The ops between set changes go
+  // as one RunPlan each.
+  auto changes_sets = [](const Response& r) {
+    return r.op == OpType::kAddProcessSet || r.op == OpType::kRemoveProcessSet;
+  };
+  RunPlan run{set, {}, 0, tl};
+  auto flush = [&] {
+    if (run.plan.empty()) return;
+    stream_.enqueue(std::move(run));
+    run = RunPlan{set, {}, 0, tl};
+  };
+  if (std::none_of(plan.begin(), plan.end(), changes_sets)) {  // the usual case: one command
+    run.plan = std::move(plan);
+    for (int64_t b : bytes)
+      if (!checkedAdd(run.bytes, b, &run.bytes)) run.bytes = INT64_MAX;
+    return flush();
+  }
+  for (size_t k = 0; k < plan.size(); ++k) {
+    if (changes_sets(plan[k])) {
+      flush();
+      stream_.enqueue(ChangeSets{set, std::move(plan[k]), tl});
+      continue;
+    }
+    run.plan.push_back(std::move(plan[k]));
+    if (!checkedAdd(run.bytes, bytes[k], &run.bytes)) run.bytes = INT64_MAX;
+  }
+  flush();
+}
+
 void Runtime::logRound(const ProcessSet& set, const std::vector<Response>& plan,
-                       size_t cache_hits) const {
+                       const std::vector<int64_t>& bytes, size_t cache_hits) const {
   std::string text = "round " + std::to_string(rounds_) + ", process set " +
                      std::to_string(set.id) + ": " + std::to_string(cache_hits) +
                      " cached op(s) ready on every member; runs";
-  for (const auto& r : plan) {
-    int64_t bytes = 0;
-    for (int64_t c : r.counts) bytes += c * dataTypeSize(r.dtype);
+  for (size_t k = 0; k < plan.size(); ++k) {
+    const Response& r = plan[k];
     text += std::string(" [") + (r.type == ResponseType::kError ? "error " : "") +
             opTypeName(r.op) + " " + quotedName(r.names[0]);
     if (r.names.size() > 1) text += " + " + std::to_string(r.names.size() - 1) + " fused";
-    text += ", " + std::to_string(bytes) + " bytes]";
+    text += ", " + std::to_string(bytes[k]) + " bytes]";
   }
   if (plan.empty()) text += " nothing";
   logLine(LogLevel::kDebug, text);

@@ -2,8 +2,10 @@
 # The sanitizer stage (docs/testing.md), self-contained:
 #   1. build-asan/: AddressSanitizer + UndefinedBehaviorSanitizer; runs the unit tests, the
 #      multi-process integration tests (mpirun and tuttirun --gloo) and the C API fuzz test;
-#   2. build-tsan/: ThreadSanitizer; runs the unit tests (threads as ranks over loopback) and
-#      the shm and hierarchical backends' threads-as-ranks tests.
+#   2. build-tsan/: ThreadSanitizer; runs the unit tests (threads as ranks over loopback; the
+#      execution stream's own tests, test/unit/exec_stream_test.cc, among them: its thread
+#      against the background thread, pipelined rounds forced on) and the shm and
+#      hierarchical backends' threads-as-ranks tests.
 # No torch extension, no NCCL, no bench: only the targets those tests need. Exits non-zero
 # when a test fails or any sanitizer report appears in any process's output.
 # Environment: SANITIZE_JOBS (build and ctest parallelism, default 2), SANITIZE_ONLY=asan|tsan,

@@ -75,6 +75,14 @@ class HierarchicalBackend : public Backend {
 
   void setOn(bool on) { on_.store(on, std::memory_order_relaxed); }
   bool on() const { return on_.load(std::memory_order_relaxed); }
+  int switchState(BackendSwitch which) const override {
+    return which == BackendSwitch::kHierarchicalAllreduce ? (on() ? 1 : 0) : -1;
+  }
+  bool setSwitch(BackendSwitch which, bool on) override {
+    if (which != BackendSwitch::kHierarchicalAllreduce) return false;
+    setOn(on);
+    return true;
+  }
 
   void allreduce(const void* in, void* out, int64_t n, DataType dtype, ReduceOp op,
                  Deadline deadline) override {
@@ -249,17 +257,6 @@ std::unique_ptr<Backend> makeHierarchicalBackend(Transport& transport, ControlPl
   shm.buffer_bytes = options.shm_buffer_bytes;
   shm.setup_seconds = options.start_timeout_seconds;
   return makeHierarchicalBackend(transport, control, flat, layout, layout.hierarchical, shm);
-}
-
-int hierarchicalState(const Backend& backend) {
-  auto* hierarchical = dynamic_cast<const HierarchicalBackend*>(&backend);
-  return hierarchical ? (hierarchical->on() ? 1 : 0) : -1;
-}
-
-bool setHierarchical(Backend& backend, bool on) {
-  auto* hierarchical = dynamic_cast<HierarchicalBackend*>(&backend);
-  if (hierarchical) hierarchical->setOn(on);
-  return hierarchical != nullptr;
 }
 
 }  // namespace tutti

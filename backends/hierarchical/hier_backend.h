@@ -20,9 +20,9 @@ namespace tutti {
 // hierarchical backend when the set spans hosts evenly with more than one member on each,
 // every member enables shm and every member could make its sub-groups; else nullptr on
 // every member (the reason logged at debug level). It starts on or off as member 0's
-// TUTTI_HIERARCHICAL_ALLREDUCE says (made under 0 too, so that setHierarchical() can turn
-// it on later). `flat` is the transport's backend for the same set; it must outlive the
-// result.
+// TUTTI_HIERARCHICAL_ALLREDUCE says (made under 0 too, so that its switch,
+// BackendSwitch::kHierarchicalAllreduce, can turn it on later). `flat` is the transport's
+// backend for the same set; it must outlive the result.
 std::unique_ptr<Backend> makeHierarchicalBackend(Transport& transport, ControlPlane& control,
                                                  Backend& flat, const std::vector<int>& ranks,
                                                  int id, const BackendOptions& options);
@@ -34,12 +34,5 @@ std::unique_ptr<Backend> makeHierarchicalBackend(Transport& transport, ControlPl
                                                  Backend& flat,
                                                  const detail::HostLayout& layout, bool on,
                                                  const detail::ShmOptions& shm);
-
-// Switches `backend` on (every allreduce hierarchical) or off (all flat) from its next
-// allreduce on. Returns false when `backend` is not hierarchical. Call it on every member
-// of the set between the same two collectives.
-bool setHierarchical(Backend& backend, bool on);
-// 1 (on) or 0 (off) for a hierarchical backend, -1 for any other.
-int hierarchicalState(const Backend& backend);
 
 }  // namespace tutti

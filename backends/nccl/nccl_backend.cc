@@ -20,7 +20,8 @@ using detail::NcclWireType;
 // The data plane for CUDA tensors of one group, over one NCCL communicator. Each op waits
 // (on the device) for its inputs' producer stream, is enqueued on the communicator's
 // stream and polled to completion by an event before it returns, so its output is ready
-// for every stream (nccl_comm.h). Background thread only, except abort() (any thread).
+// for every stream (nccl_comm.h). Called by the runtime's execution stream only (one thread
+// at a time, core/exec_stream.h), except abort() (any thread).
 class NcclBackend final : public Backend {
  public:
   NcclBackend(std::unique_ptr<NcclComm> comm, int* scratch)

@@ -2,7 +2,8 @@
 its own host name and sshd), over gloo (tuttirun) and MPI (tuttirun --mpi, i.e. mpirun over
 ssh): per-rank topology for even, uneven and repeated-name layouts, the integration suite
 and the example trainer across hosts, the environment following the ranks, hierarchical
-allreduce and allgather and the two-level AND (2 hosts x 2 ranks), and faults (a remote rank killed
+allreduce and allgather and the two-level AND (2 hosts x 2 ranks; again with pipelined
+rounds forced on), and faults (a remote rank killed
 with SIGKILL in a hierarchical allreduce, a host whose link goes down mid-job): the job ends
 within its deadline naming the peer, the launcher exits non-zero, and nothing is left on any
 host; an elastic job instead drops and blacklists the host whose link went down and goes on.
@@ -206,13 +207,15 @@ class HierarchicalTest(MultiHostCase):
     negotiation's AND in two levels in both; allgather in two levels."""
     LAYOUT = ["-np", "4", "-H", "tutti-h1:2,tutti-h2:2"]
     CASES = "allreduce every dtype*,large allreduces*"
+    ENV = {}  # more environment for every job (the pipelined variant's TUTTI_PIPELINE=1)
+    MODES = ("--gloo", "--mpi")
 
     def run_allreduce(self, mode, flag):
         rc, out, _ = launch(self.LAYOUT + [mode, flag, "--log-level", "info",
                                            os.path.join(INTEG_DIR, "integ_allreduce"),
                                            self.CASES],
                             timeout=240, TUTTI_TIMEOUT_SECONDS="60",
-                            TUTTI_SHM_BUFFER_BYTES="65536")
+                            TUTTI_SHM_BUFFER_BYTES="65536", **self.ENV)
         self.assertEqual(rc, 0, out[-4000:])
         self.assertEqual(out.count("All tests passed"), 4, out[-4000:])
         self.assertIn("process set 0: negotiation ANDs in two levels (2 hosts with 2+2 "
@@ -220,7 +223,7 @@ class HierarchicalTest(MultiHostCase):
         return out
 
     def test_forced_on(self):
-        for mode in ("--gloo", "--mpi"):
+        for mode in self.MODES:
             with self.subTest(mode=mode):
                 out = self.run_allreduce(mode, "--hierarchical-allreduce")
                 self.assertRegex(out, r"process set 0: first hierarchical allreduce \(\d+ "
@@ -238,7 +241,7 @@ class HierarchicalTest(MultiHostCase):
                                            "--log-level", "info",
                                            os.path.join(INTEG_DIR, "integ_collectives"),
                                            "[allgather]"],
-                            timeout=120, TUTTI_TIMEOUT_SECONDS="60")
+                            timeout=120, TUTTI_TIMEOUT_SECONDS="60", **self.ENV)
         self.assertEqual(rc, 0, out[-4000:])
         self.assertEqual(out.count("All tests passed"), 4, out[-4000:])
         self.assertRegex(out, r"process set 0: first hierarchical allgather \(\d+ bytes; "
@@ -251,7 +254,8 @@ class HierarchicalTest(MultiHostCase):
         rc, out, _ = launch(self.LAYOUT + ["--gloo", "--autotune", "--log-level", "debug",
                                            TRAINER, "--steps", "400"],
                             timeout=180, TUTTI_AUTOTUNE_WINDOW_SECONDS="0.001",
-                            TUTTI_AUTOTUNE_WARMUP_WINDOWS="0", TUTTI_AUTOTUNE_SAMPLES="1")
+                            TUTTI_AUTOTUNE_WARMUP_WINDOWS="0", TUTTI_AUTOTUNE_SAMPLES="1",
+                            **self.ENV)
         self.assertEqual(rc, 0, out[-4000:])
         self.assertRegex(out, r"ranks 4 .*weights identical on all ranks: yes")
         self.assertRegex(out, r"autotune: done after 29 windows: .*, hierarchical allreduce "
@@ -261,6 +265,17 @@ class HierarchicalTest(MultiHostCase):
         self.assertTrue(changes[0], out[-4000:])
         for r in range(1, 4):
             self.assertEqual(changes[r], changes[0])
+
+
+class HierarchicalPipelinedTest(HierarchicalTest):
+    """The same with pipelined rounds forced on (auto leaves them off on small hosts such as
+    CI's): the data plane on the execution stream's thread while the rounds negotiate, and
+    autotune's switch a command between the same two plans on every rank. gloo only."""
+    ENV = {"TUTTI_PIPELINE": "1"}
+    MODES = ("--gloo",)
+
+    def test_forced_off(self):
+        self.skipTest("nothing hierarchical to pipeline (the flat path is covered elsewhere)")
 
 
 class FaultTest(MultiHostCase):

@@ -144,14 +144,18 @@ TEST_CASE("hierarchical allreduce switched at run time, and uneven hosts decline
   runRanks(2, 2, false, failures, [&](int r, Rank& rank) {
     if (!rank.hierarchical) return failures.add("made off, it must still be made");
     for (bool on : {true, false, true}) {
-      if (!setHierarchical(*rank.hierarchical, on)) failures.add("setHierarchical refused");
+      if (!rank.hierarchical->setSwitch(BackendSwitch::kHierarchicalAllreduce, on))
+        failures.add("setSwitch refused");
       auto in = makeInput(DataType::kFloat32, ReduceOp::kSum, r, 4, 1001, on);
       rank.hierarchical->allreduce(in.data(), in.data(), 1001, DataType::kFloat32,
                                    ReduceOp::kSum, deadlineAfter(30));
       checkReduced(failures, "switched", DataType::kFloat32, ReduceOp::kSum, 4, in.data(), 0,
                    1001, on);
     }
-    if (setHierarchical(*rank.flat, true)) failures.add("setHierarchical took a flat backend");
+    if (rank.flat->setSwitch(BackendSwitch::kHierarchicalAllreduce, true))
+      failures.add("setSwitch took a flat backend");
+    if (rank.hierarchical->switchState(BackendSwitch::kHierarchicalAllreduce) != 1)
+      failures.add("switchState is not 1 after it was switched on");
   });
   REQUIRE(failures.summary() == "0 failure(s)");
   // 3 members on two hosts: no hierarchical backend, the AND still in two levels.

@@ -88,3 +88,41 @@ TEST_CASE("the response cache keys on what the ranks agreed on, with determinist
   off.put(a, ra);
   CHECK(off.lookup(a) == -1);
 }
+
+TEST_CASE("responseBytes counts what each op moves on this rank, allgather and alltoall included") {
+  Response ar = allreduce("a", 10);
+  ar.counts = {10, 6};  // fused
+  CHECK(responseBytes(ar, 0, 2, 0) == 64);
+  Response bc = allreduce("b", 8, DataType::kFloat64);
+  bc.op = OpType::kBroadcast;
+  CHECK(responseBytes(bc, 1, 2, 0) == 64);
+  Response rs = allreduce("rs", 12, DataType::kInt16);
+  rs.op = OpType::kReducescatter;
+  CHECK(responseBytes(rs, 0, 3, 0) == 24);
+  // Allgather: the gathered output, rows of every rank times this rank's row.
+  Response ag;
+  ag.op = OpType::kAllgather;
+  ag.names = {"ag"};
+  ag.dtype = DataType::kFloat32;
+  ag.first_dims = {2, 0, 5};
+  CHECK(responseBytes(ag, 1, 3, 4) == (2 + 0 + 5) * 4 * 4);
+  // Alltoall: splits[from * n + to] rows; rank 1 sends 1 + 0 + 2 rows and receives
+  // 3 + 0 + 4, rows of 2 int64.
+  Response aa;
+  aa.op = OpType::kAlltoall;
+  aa.names = {"aa"};
+  aa.dtype = DataType::kInt64;
+  aa.splits = {9, 3, 9, 1, 0, 2, 9, 4, 9};
+  CHECK(responseBytes(aa, 1, 3, 2) == 7 * 2 * 8);
+  CHECK(responseBytes(aa, 1, 2, 2) == 0);  // splits not n x n: nothing trusted
+  Response err = ar;
+  err.type = ResponseType::kError;
+  CHECK(responseBytes(err, 0, 2, 0) == 0);
+  Response huge = ag;
+  huge.first_dims = {int64_t(1) << 62, int64_t(1) << 62};
+  CHECK(responseBytes(huge, 0, 2, 4) == INT64_MAX);
+  Response barrier;
+  barrier.op = OpType::kBarrier;
+  barrier.names = {"b"};
+  CHECK(responseBytes(barrier, 0, 2, 0) == 0);
+}

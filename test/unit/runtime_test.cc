@@ -309,7 +309,7 @@ TEST_CASE("pipelined rounds: the next round negotiates while a plan runs; TUTTI_
     std::atomic<int> overlapped{0};
     runRanks(2, [&overlapped](RankContext& c) {
       // A is large enough to go to the executor thread (a small plan runs inline when it idles).
-      std::vector<float> a(Runtime::kInlineBytes / 4 + 1, 1.0f), b(4, 2.0f);
+      std::vector<float> a(ExecStream::kInlineBytes / 4 + 1, 1.0f), b(4, 2.0f);
       std::atomic<bool> release{false}, in_callback{false};
       auto rounds_with_work = [&c] {
         for (const auto& kv : c.rt.stats())
