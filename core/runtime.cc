@@ -214,7 +214,9 @@ Status Runtime::wait(Handle handle, double timeout_seconds, Result* result) {
     status = HandleTable::wait(*state, deadlineAfter(0));
     if (status.code() == StatusCode::kInProgress) status = stoppedStatus();
   }
-  if (result) *result = std::move(state->result);
+  if (!HandleTable::claim(*state, result))  // another thread waited on it alongside
+    return Status(StatusCode::kInvalidArgument,
+                  "handle " + std::to_string(handle) + " was already waited on by another thread");
   if (!released) handles_.release(handle);
   return status;
 }
