@@ -22,7 +22,7 @@ namespace tutti {
 bool elasticJob();
 
 // The generation this process joined last, -1 before its first init (or not elastic).
-int64_t elasticGeneration();
+int64_t elasticJoinedGeneration();
 
 // Whether the launcher has published a generation newer than the one this process joined
 // (hosts were added or removed, or a worker failed). Asks the rendezvous server; throws

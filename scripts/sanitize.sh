@@ -56,7 +56,7 @@ build() {  # dir target...
 
 integ=$(cd test/integration && sed -n 's/^set(_integ_binaries \(.*\))/\1/p' CMakeLists.txt)
 # integ_waiters: two threads waiting on one handle (a double free before it was fixed).
-asan_targets="tutti tuttirun tutti_unit_test tutti_c_api_fuzz integ_failure integ_shm integ_waiters tutti_slurm_unit"
+asan_targets="tutti tuttirun tutti_unit_test tutti_c_api_fuzz integ_failure integ_shm integ_waiters integ_c_entries tutti_slurm_unit"
 for b in $integ; do asan_targets="$asan_targets integ_$b"; done
 tsan_targets="tutti tutti_unit_test tutti_shm_test tutti_hier_test"
 # The test step alone still brings the trees up to date (a no-op after the build step).

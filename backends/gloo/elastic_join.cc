@@ -35,7 +35,7 @@ bool elasticJob() {
   return worker != nullptr && *worker != '\0';
 }
 
-int64_t elasticGeneration() { return g_joined.load(); }
+int64_t elasticJoinedGeneration() { return g_joined.load(); }
 
 bool elasticHostsUpdated(const BackendOptions& options) {
   if (options.elastic.id.empty())
