@@ -28,7 +28,7 @@ namespace tutti {
 bool elasticJob();
 
 // The generation this process joined last, -1 before its first init (or not elastic).
-int64_t elasticGeneration();
+int64_t elasticJoinedGeneration();
 
 // Whether this worker found its launcher's rendezvous server gone (tuttirun died): no failure
 // is recoverable from then on (isRecoverable), as no launcher publishes a next world.

@@ -7,7 +7,7 @@ namespace tutti {
 
 bool elasticJob() { return false; }
 
-int64_t elasticGeneration() { return -1; }
+int64_t elasticJoinedGeneration() { return -1; }
 
 bool elasticLauncherGone() { return false; }
 

@@ -39,39 +39,7 @@ const char* deviceTypeName(DeviceType device) {
   return device == DeviceType::kCuda ? "cuda" : "cpu";
 }
 
-const char* dataTypeName(DataType dtype) {
-  switch (dtype) {
-    case DataType::kUInt8: return "uint8";
-    case DataType::kInt8: return "int8";
-    case DataType::kUInt16: return "uint16";
-    case DataType::kInt16: return "int16";
-    case DataType::kInt32: return "int32";
-    case DataType::kInt64: return "int64";
-    case DataType::kFloat16: return "float16";
-    case DataType::kBFloat16: return "bfloat16";
-    case DataType::kFloat32: return "float32";
-    case DataType::kFloat64: return "float64";
-    case DataType::kBool: return "bool";
-  }
-  return "unknown-dtype";
-}
-
-int64_t dataTypeSize(DataType dtype) {
-  switch (dtype) {
-    case DataType::kUInt8:
-    case DataType::kInt8:
-    case DataType::kBool: return 1;
-    case DataType::kUInt16:
-    case DataType::kInt16:
-    case DataType::kFloat16:
-    case DataType::kBFloat16: return 2;
-    case DataType::kInt32:
-    case DataType::kFloat32: return 4;
-    case DataType::kInt64:
-    case DataType::kFloat64: return 8;
-  }
-  return 0;
-}
+// dataTypeName and dataTypeSize are inline in tutti/tutti.hpp (public, header-only).
 
 bool isValidDataType(int dtype) { return dtype >= 0 && dtype < kNumDataTypes; }
 bool isValidReduceOp(int op) { return op >= TUTTI_SUM && op <= TUTTI_PRODUCT; }

@@ -1,40 +1,30 @@
-// The C API (tutti.h) over the C++ API. No exception crosses it; each failure leaves its
-// detail in a thread-local string for tutti_last_error().
+// The C API (tutti.h): libtutti's whole boundary (the C++ API of tutti.hpp is header-only
+// over it). Checks the arguments and calls the runtime (core/api.h). No exception crosses
+// it; each failure leaves its detail in a thread-local string for tutti_last_error().
 #include "base/common.h"
+#include "backends/elastic.h"
+#include "core/api.h"
+#include "core/c_api_util.h"
 
 #include <tutti/tutti.h>
-#include <tutti/tutti.hpp>
 
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
+std::string& tutti::capi::lastError() {
+  thread_local std::string error;
+  return error;
+}
+
 namespace {
 
-thread_local std::string t_last_error;
-
-tutti_status_t report(const tutti::Status& s) {
-  t_last_error = s.ok() ? std::string() : s.message();
-  return static_cast<tutti_status_t>(s.code());
-}
-
-tutti_status_t invalid(const std::string& message) {
-  return report(tutti::Status(tutti::StatusCode::kInvalidArgument, message));
-}
-
-template <typename F>
-tutti_status_t guarded(F&& f) {
-  try {
-    return report(f());
-  } catch (const std::exception& e) {
-    return report(tutti::Status(tutti::StatusCode::kInternal, e.what()));
-  } catch (...) {
-    return report(tutti::Status(tutti::StatusCode::kInternal, "unknown exception"));
-  }
-}
+using tutti::capi::guarded;
+using tutti::capi::invalid;
 
 // The value a C caller stored in an enum field or argument. C allows any int there; C++
 // must not read an out-of-range value as the enum type, so the bytes are read as an int.
@@ -45,6 +35,9 @@ int rawEnum(const E& value) {
   std::memcpy(&raw, &value, sizeof raw);
   return raw;
 }
+
+// Whether options carry the fields added in 0.2 (allocator, release, device).
+bool hasV02(const tutti_op_options_t* o) { return o->struct_size == sizeof(tutti_op_options_t); }
 
 std::string nameOf(const char* name) { return name ? std::string(name) : std::string(); }
 
@@ -76,12 +69,12 @@ bool toView(const char* op, const char* name, const tutti_tensor_t* t, tutti::Te
 }
 
 // Options may be NULL (defaults); else false (with last error) unless struct_size is this
-// header's sizeof, the reduce op exists, and splits/nsplits describe at most one count per
-// rank of the process set (checked before the splits are read; the exact count is checked
-// at submit).
+// header's sizeof (or 0.1's, without the fields added since), the reduce op and device exist,
+// and splits/nsplits describe at most one count per rank of the process set (checked before
+// the splits are read; the exact count is checked at submit).
 bool checkOptions(const char* op, const char* name, const tutti_op_options_t* o) {
   if (o == nullptr) return true;
-  if (o->struct_size != sizeof(tutti_op_options_t)) {
+  if (o->struct_size != sizeof(tutti_op_options_t) && o->struct_size != TUTTI_OP_OPTIONS_SIZE_0_1) {
     invalid(what(op, name) + ": options struct_size is " + std::to_string(o->struct_size) +
             ", expected sizeof(tutti_op_options_t) = " + std::to_string(sizeof(tutti_op_options_t)) +
             " (call tutti_op_options_init)");
@@ -91,12 +84,16 @@ bool checkOptions(const char* op, const char* name, const tutti_op_options_t* o)
     invalid(what(op, name) + ": op " + std::to_string(rawEnum(o->op)) + " is not a tutti_reduce_op_t");
     return false;
   }
+  if (hasV02(o) && rawEnum(o->device) != TUTTI_DEVICE_CPU && rawEnum(o->device) != TUTTI_DEVICE_CUDA) {
+    invalid(what(op, name) + ": device " + std::to_string(rawEnum(o->device)) + " is not a tutti_device_t");
+    return false;
+  }
   if (o->splits == nullptr && o->nsplits != 0) {
     invalid(what(op, name) + ": nsplits is " + std::to_string(o->nsplits) + " but splits is NULL");
     return false;
   }
   if (o->splits != nullptr) {
-    const int set_size = tutti::processSetSize(o->process_set);
+    const int set_size = tutti::api::processSetSize(o->process_set);
     if (set_size <= 0) return true;  // the submission fails: no such set, or not initialized
     if (o->nsplits <= 0 || o->nsplits > set_size) {
       invalid(what(op, name) + ": nsplits is " + std::to_string(o->nsplits) +
@@ -115,7 +112,17 @@ bool badTimeout(const char* call, double seconds) {
   return true;
 }
 
-tutti::OpOptions toOptions(const tutti_op_options_t* o) {
+// The caller's user_data, released (options->release) once the last of the callback and
+// allocator made from it is gone: when the op is done, or at once when the call fails.
+// Adopted first thing by every call that takes options, so that release runs exactly once.
+using UserData = std::shared_ptr<void>;
+UserData adopt(const tutti_op_options_t* o) {
+  if (o == nullptr || o->struct_size != sizeof(tutti_op_options_t) || o->release == nullptr)
+    return nullptr;
+  return UserData(o->user_data, o->release);
+}
+
+tutti::OpOptions toOptions(const tutti_op_options_t* o, const UserData& user) {
   tutti::OpOptions options;
   if (o == nullptr) return options;
   options.op = static_cast<tutti::ReduceOp>(rawEnum(o->op));
@@ -124,16 +131,28 @@ tutti::OpOptions toOptions(const tutti_op_options_t* o) {
   options.root = o->root;
   options.process_set = o->process_set;
   // checkOptions refused more splits than the set has ranks; no set, no splits read.
-  if (o->splits && o->nsplits > 0 && o->nsplits <= tutti::processSetSize(o->process_set))
+  if (o->splits && o->nsplits > 0 && o->nsplits <= tutti::api::processSetSize(o->process_set))
     options.splits.assign(o->splits, o->splits + o->nsplits);
+  void* data = o->user_data;
   if (o->callback) {
     tutti_callback_t cb = o->callback;
-    void* user = o->user_data;
-    options.callback = [cb, user](tutti::Handle h, const tutti::Status& s) {
-      cb(h, static_cast<tutti_status_t>(s.code()), s.ok() ? nullptr : s.message().c_str(), user);
+    options.callback = [cb, data, user](tutti::Handle h, const tutti::Status& s) {
+      cb(h, static_cast<tutti_status_t>(s.code()), s.ok() ? nullptr : s.message().c_str(), data);
+    };
+  }
+  if (hasV02(o) && o->allocator) {
+    auto alloc = o->allocator;
+    options.allocator = [alloc, data, user](const std::vector<int64_t>& shape) {
+      return alloc(shape.data(), static_cast<int>(shape.size()), data);
     };
   }
   return options;
+}
+
+// The device the options name (CPU without options or before 0.2).
+tutti::DeviceType deviceOf(const tutti_op_options_t* o) {
+  return o && hasV02(o) && o->device == TUTTI_DEVICE_CUDA ? tutti::DeviceType::kCuda
+                                                           : tutti::DeviceType::kCpu;
 }
 
 void flatInto(const void* data, int64_t count, tutti_dtype_t dtype, tutti::TensorView* v) {
@@ -152,16 +171,16 @@ tutti::TensorView flat(const void* data, int64_t count, tutti_dtype_t dtype) {
 
 extern "C" {
 
-tutti_status_t tutti_init(void) { return guarded([] { return tutti::init(); }); }
-tutti_status_t tutti_shutdown(void) { return guarded([] { return tutti::shutdown(); }); }
-int tutti_is_initialized(void) { return tutti::isInitialized() ? 1 : 0; }
-int tutti_rank(void) { return tutti::rank(); }
-int tutti_size(void) { return tutti::size(); }
-int tutti_local_rank(void) { return tutti::localRank(); }
-int tutti_local_size(void) { return tutti::localSize(); }
-int tutti_cross_rank(void) { return tutti::crossRank(); }
-int tutti_cross_size(void) { return tutti::crossSize(); }
-const char* tutti_last_error(void) { return t_last_error.c_str(); }
+tutti_status_t tutti_init(void) { return guarded([] { return tutti::api::init(); }); }
+tutti_status_t tutti_shutdown(void) { return guarded([] { return tutti::api::shutdown(); }); }
+int tutti_is_initialized(void) { return tutti::api::isInitialized() ? 1 : 0; }
+int tutti_rank(void) { return tutti::api::rank(); }
+int tutti_size(void) { return tutti::api::size(); }
+int tutti_local_rank(void) { return tutti::api::localRank(); }
+int tutti_local_size(void) { return tutti::api::localSize(); }
+int tutti_cross_rank(void) { return tutti::api::crossRank(); }
+int tutti_cross_size(void) { return tutti::api::crossSize(); }
+const char* tutti_last_error(void) { return tutti::capi::lastError().c_str(); }
 
 const char* tutti_status_string(tutti_status_t status) {
   switch (status) {
@@ -181,13 +200,17 @@ const char* tutti_status_string(tutti_status_t status) {
   return "unknown status";
 }
 
+int64_t tutti_dtype_size(tutti_dtype_t dtype) {
+  return tutti::isValidDataType(rawEnum(dtype)) ? tutti::dataTypeSize(static_cast<tutti::DataType>(rawEnum(dtype))) : 0;
+}
+
 const char* tutti_dtype_name(tutti_dtype_t dtype) {
   return tutti::isValidDataType(rawEnum(dtype)) ? tutti::dataTypeName(static_cast<tutti::DataType>(rawEnum(dtype)))
                                        : "unknown-dtype";
 }
 
 int tutti_status_recoverable(tutti_status_t status) {
-  return tutti::isRecoverable(tutti::Status(static_cast<tutti::StatusCode>(status), "")) ? 1 : 0;
+  return tutti::api::isRecoverable(static_cast<tutti::StatusCode>(status)) ? 1 : 0;
 }
 
 tutti_status_t tutti_hosts_updated(int* updated) {
@@ -195,19 +218,19 @@ tutti_status_t tutti_hosts_updated(int* updated) {
     if (updated == nullptr)
       return tutti::Status(tutti::StatusCode::kInvalidArgument, "hosts_updated: updated is null");
     bool value = false;
-    tutti::Status s = tutti::hostsUpdated(&value);
+    tutti::Status s = tutti::api::hostsUpdated(&value);
     *updated = value ? 1 : 0;
     return s;
   });
 }
 
-int64_t tutti_elastic_generation(void) { return tutti::elasticGeneration(); }
+int64_t tutti_elastic_generation(void) { return tutti::elasticJoinedGeneration(); }
 
-int tutti_backend_built(const char* name) { return name && tutti::backendBuilt(name) ? 1 : 0; }
+int tutti_backend_built(const char* name) { return name && tutti::api::backendBuilt(name) ? 1 : 0; }
 
 const char* tutti_cpu_backend(void) {
   static thread_local std::string name;
-  name = tutti::cpuBackend();
+  name = tutti::api::cpuBackend();
   return name.c_str();
 }
 
@@ -238,7 +261,7 @@ tutti_status_t tutti_allreduce_async(const char* name, const void* input, void* 
     t_name.assign(name ? name : "");
     flatInto(input, count, dtype, &t_in);
     flatInto(output, count, dtype, &t_out);
-    return tutti::allreduceAsync(t_name, t_in, t_out, options, handle);
+    return tutti::api::allreduceAsync(t_name, t_in, t_out, options, handle);
   });
 }
 
@@ -249,7 +272,7 @@ tutti_status_t tutti_broadcast_async(const char* name, void* buffer, int64_t cou
   return guarded([&] {
     tutti::OpOptions options;
     options.root = root;
-    return tutti::broadcastAsync(nameOf(name), flat(buffer, count, dtype), options, handle);
+    return tutti::api::broadcastAsync(nameOf(name), flat(buffer, count, dtype), options, handle);
   });
 }
 
@@ -257,17 +280,20 @@ tutti_status_t tutti_allreduce_tensor_async(const char* name, const tutti_tensor
                                             tutti_tensor_t* output,
                                             const tutti_op_options_t* options,
                                             tutti_handle_t* handle) {
+  const UserData user = adopt(options);
   tutti::TensorView in, out;
   if (!toView("allreduce", name, input, &in) || !toView("allreduce", name, output, &out) ||
       !checkOptions("allreduce", name, options))
     return TUTTI_ERR_INVALID_ARGUMENT;
-  return guarded([&] { return tutti::allreduceAsync(nameOf(name), in, out, toOptions(options), handle); });
+  in.device.type = out.device.type = deviceOf(options);
+  return guarded([&] { return tutti::api::allreduceAsync(nameOf(name), in, out, toOptions(options, user), handle); });
 }
 
 tutti_status_t tutti_grouped_allreduce_async(const char* const* names, const tutti_tensor_t* inputs,
                                              tutti_tensor_t* outputs, int ntensors,
                                              const tutti_op_options_t* options,
                                              tutti_handle_t* handle) {
+  const UserData user = adopt(options);
   if (ntensors <= 0 || names == nullptr || inputs == nullptr || outputs == nullptr)
     return invalid("grouped_allreduce: expected ntensors > 0 and non-null names, inputs, outputs");
   std::vector<std::string> n;
@@ -277,27 +303,34 @@ tutti_status_t tutti_grouped_allreduce_async(const char* const* names, const tut
     if (!toView("grouped_allreduce", names[i], &inputs[i], &in[i]) ||
         !toView("grouped_allreduce", names[i], &outputs[i], &out[i]))
       return TUTTI_ERR_INVALID_ARGUMENT;
+    in[i].device.type = out[i].device.type = deviceOf(options);
   }
   if (!checkOptions("grouped_allreduce", names[0], options)) return TUTTI_ERR_INVALID_ARGUMENT;
-  return guarded([&] { return tutti::groupedAllreduceAsync(n, in, out, toOptions(options), handle); });
+  return guarded([&] { return tutti::api::groupedAllreduceAsync(n, in, out, toOptions(options, user), handle); });
 }
 
 tutti_status_t tutti_broadcast_tensor_async(const char* name, tutti_tensor_t* buffer,
                                             const tutti_op_options_t* options,
                                             tutti_handle_t* handle) {
+  const UserData user = adopt(options);
   tutti::TensorView v;
   if (!toView("broadcast", name, buffer, &v) || !checkOptions("broadcast", name, options))
     return TUTTI_ERR_INVALID_ARGUMENT;
-  return guarded([&] { return tutti::broadcastAsync(nameOf(name), v, toOptions(options), handle); });
+  v.device.type = deviceOf(options);
+  return guarded([&] { return tutti::api::broadcastAsync(nameOf(name), v, toOptions(options, user), handle); });
 }
 
 #define TUTTI_C_OUTPUT_OP(cname, cppname, label)                                             \
   tutti_status_t cname(const char* name, const tutti_tensor_t* input,                        \
                        const tutti_op_options_t* options, tutti_handle_t* handle) {          \
+    const UserData user = adopt(options);                                                    \
     tutti::TensorView v;                                                                     \
     if (!toView(label, name, input, &v) || !checkOptions(label, name, options))              \
       return TUTTI_ERR_INVALID_ARGUMENT;                                                     \
-    return guarded([&] { return tutti::cppname(nameOf(name), v, toOptions(options), handle); }); \
+    v.device.type = deviceOf(options);                                                       \
+    return guarded([&] {                                                                     \
+      return tutti::api::cppname(nameOf(name), v, toOptions(options, user), handle);         \
+    });                                                                                      \
   }
 TUTTI_C_OUTPUT_OP(tutti_allgather_async, allgatherAsync, "allgather")
 TUTTI_C_OUTPUT_OP(tutti_alltoall_async, alltoallAsync, "alltoall")
@@ -308,8 +341,8 @@ tutti_status_t tutti_barrier(int process_set, double timeout_seconds) {
   if (badTimeout("barrier", timeout_seconds)) return TUTTI_ERR_INVALID_ARGUMENT;
   return guarded([&] {
     tutti::Handle h = 0;
-    tutti::Status s = tutti::barrierAsync(process_set, &h);
-    return s.ok() ? tutti::wait(h, timeout_seconds, nullptr) : s;
+    tutti::Status s = tutti::api::barrierAsync(process_set, &h);
+    return s.ok() ? tutti::api::wait(h, timeout_seconds, nullptr) : s;
   });
 }
 
@@ -317,19 +350,27 @@ tutti_status_t tutti_join(int process_set, double timeout_seconds, int* last_joi
   if (badTimeout("join", timeout_seconds)) return TUTTI_ERR_INVALID_ARGUMENT;
   return guarded([&] {
     tutti::Handle h = 0;
-    tutti::Status s = tutti::joinAsync(process_set, &h);
+    tutti::Status s = tutti::api::joinAsync(process_set, &h);
     if (!s.ok()) return s;
     tutti::Result result;
-    s = tutti::wait(h, timeout_seconds, &result);
+    s = tutti::api::wait(h, timeout_seconds, &result);
     if (s.ok() && last_joined_rank) *last_joined_rank = result.last_joined_rank;
     return s;
   });
 }
 
+tutti_status_t tutti_barrier_async(int process_set, tutti_handle_t* handle) {
+  return guarded([&] { return tutti::api::barrierAsync(process_set, handle); });
+}
+
+tutti_status_t tutti_join_async(int process_set, tutti_handle_t* handle) {
+  return guarded([&] { return tutti::api::joinAsync(process_set, handle); });
+}
+
 tutti_status_t tutti_poll(tutti_handle_t handle, int* done) {
   return guarded([&] {
     bool d = false;
-    tutti::Status s = tutti::poll(handle, &d);
+    tutti::Status s = tutti::api::poll(handle, &d);
     if (s.ok() && done) *done = d ? 1 : 0;
     if (s.ok() && !done) return tutti::Status(tutti::StatusCode::kInvalidArgument, "poll: done pointer is null");
     return s;
@@ -340,9 +381,11 @@ tutti_status_t tutti_wait(tutti_handle_t handle, double timeout_seconds) {
   if (badTimeout("wait", timeout_seconds)) return TUTTI_ERR_INVALID_ARGUMENT;
   return guarded([&] {
     tutti::Result result;
-    tutti::Status s = tutti::wait(handle, timeout_seconds, &result);
-    // Outputs nobody asked for (tutti_wait on an allgather) are freed here.
-    if (s.code() != tutti::StatusCode::kInProgress) std::free(result.data);
+    bool from_allocator = false;
+    tutti::Status s = tutti::api::wait(handle, timeout_seconds, &result, &from_allocator);
+    // Outputs nobody asked for (tutti_wait on an allgather) are freed here, unless they are
+    // the caller's (from its allocator).
+    if (s.code() != tutti::StatusCode::kInProgress && !from_allocator) std::free(result.data);
     return s;
   });
 }
@@ -356,10 +399,11 @@ tutti_status_t tutti_wait_result(tutti_handle_t handle, double timeout_seconds,
                    ", expected sizeof(tutti_result_t) = " + std::to_string(sizeof(tutti_result_t)));
   return guarded([&] {
     tutti::Result result;
-    tutti::Status s = tutti::wait(handle, timeout_seconds, &result);
+    bool from_allocator = false;
+    tutti::Status s = tutti::api::wait(handle, timeout_seconds, &result, &from_allocator);
     if (s.code() == tutti::StatusCode::kInProgress) return s;
     if (result.shape.size() > TUTTI_MAX_DIMS) {  // submit refuses such shapes; never truncate one
-      std::free(result.data);
+      if (!from_allocator) std::free(result.data);
       return tutti::Status(tutti::StatusCode::kInternal,
                            "wait_result: handle " + std::to_string(handle) + " has a " +
                                std::to_string(result.shape.size()) + "-dimensional result, more than TUTTI_MAX_DIMS");
@@ -380,57 +424,5 @@ tutti_status_t tutti_wait_result(tutti_handle_t handle, double timeout_seconds,
 }
 
 void tutti_free(void* ptr) { std::free(ptr); }
-
-tutti_status_t tutti_add_process_set(const int* ranks, int nranks, int* process_set) {
-  if (ranks == nullptr || nranks <= 0) return invalid("add_process_set: expected a non-empty rank list");
-  return guarded([&] { return tutti::addProcessSet(std::vector<int>(ranks, ranks + nranks), process_set); });
-}
-
-tutti_status_t tutti_remove_process_set(int process_set) {
-  return guarded([&] { return tutti::removeProcessSet(process_set); });
-}
-
-int tutti_process_set_rank(int process_set) { return tutti::processSetRank(process_set); }
-int tutti_process_set_size(int process_set) { return tutti::processSetSize(process_set); }
-
-tutti_status_t tutti_start_timeline(const char* path, int mark_cycles) {
-  if (path == nullptr) return invalid("start_timeline: path is null");
-  return guarded([&] { return tutti::startTimeline(path, mark_cycles != 0); });
-}
-
-tutti_status_t tutti_stop_timeline(void) {
-  return guarded([] { return tutti::stopTimeline(); });
-}
-
-tutti_status_t tutti_stats(const tutti_stat_t** stats, int* count) {
-  if (stats == nullptr || count == nullptr) return invalid("tutti_stats: null pointer");
-  // The names and values stay valid on this thread until its next call.
-  static thread_local std::vector<std::pair<std::string, int64_t>> t_values;
-  static thread_local std::vector<tutti_stat_t> t_stats;
-  return guarded([&] {
-    if (!tutti::isInitialized()) return tutti::Status(tutti::StatusCode::kNotInitialized, "tutti_stats: Tutti is not initialized: call tutti_init() first");
-    t_values = tutti::stats();
-    t_stats.clear();
-    for (const auto& kv : t_values) t_stats.push_back(tutti_stat_t{kv.first.c_str(), kv.second});
-    *stats = t_stats.data();
-    *count = static_cast<int>(t_stats.size());
-    return tutti::Status::OK();
-  });
-}
-
-tutti_status_t tutti_stat(const char* name, int64_t* value) {
-  if (name == nullptr || value == nullptr) return invalid("tutti_stat: null pointer");
-  return guarded([&] {
-    if (!tutti::isInitialized()) return tutti::Status(tutti::StatusCode::kNotInitialized, "tutti_stat: Tutti is not initialized: call tutti_init() first");
-    for (const auto& kv : tutti::stats())
-      if (kv.first == name) {
-        *value = kv.second;
-        return tutti::Status::OK();
-      }
-    return tutti::Status(tutti::StatusCode::kInvalidArgument,
-                         std::string("tutti_stat: no counter named '") + name +
-                             "' (per-op counters appear once such an op ran; tutti_stats lists them)");
-  });
-}
 
 }  // extern "C"

@@ -1,17 +1,17 @@
-// The C++ API of elastic jobs (tutti.hpp; docs/elastic.md): the recoverable-failure test and
-// the host-update query. The generations themselves are joined at init by the gloo transport,
-// which also defines elasticGeneration() (backends/elastic.h).
+// Elastic jobs behind the C API (core/api.h; docs/elastic.md): the recoverable-failure test
+// and the host-update query. The generations themselves are joined at init by the gloo
+// transport, which also defines elasticJoinedGeneration() (backends/elastic.h).
 #include "backends/elastic.h"
 #include "base/common.h"
+#include "core/api.h"
 #include "core/config.h"
 
-#include <tutti/tutti.hpp>
-
 namespace tutti {
+namespace api {
 
-bool isRecoverable(const Status& status) {
+bool isRecoverable(StatusCode code) {
   if (!elasticJob() || elasticLauncherGone()) return false;
-  switch (status.code()) {
+  switch (code) {
     case StatusCode::kAborted:
     case StatusCode::kBackend:
     case StatusCode::kTimeout:
@@ -35,4 +35,5 @@ Status hostsUpdated(bool* updated) {
   }
 }
 
+}  // namespace api
 }  // namespace tutti

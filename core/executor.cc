@@ -23,6 +23,7 @@ void* allocateOutput(TensorEntry& e, const std::vector<int64_t>& shape, int64_t 
                                           e.request.name + "': cannot allocate " +
                                           std::to_string(nbytes) + " bytes for the output");
   e.handle->result.data = out;
+  e.handle->from_allocator = static_cast<bool>(e.allocator);
   e.handle->result.nbytes = nbytes;
   e.handle->result.shape = shape;
   return out;

@@ -97,6 +97,18 @@ Status HandleTable::wait(HandleState& state, Deadline deadline) {
   return state.status;
 }
 
+bool HandleTable::claim(HandleState& state, Result* result, bool* from_allocator) {
+  std::lock_guard<std::mutex> lock(state.mu);
+  if (state.claimed) return false;
+  state.claimed = true;
+  if (from_allocator) *from_allocator = state.from_allocator;
+  if (result) {
+    *result = std::move(state.result);
+    state.result.data = nullptr;  // a raw pointer: moving it leaves a copy behind
+  }
+  return true;
+}
+
 Status HandleTable::sleepUntilDone(HandleState& state, Deadline deadline) {
   std::unique_lock<std::mutex> lock(sleep_mu_);
   sleepers_.fetch_add(1);

@@ -31,6 +31,8 @@ struct HandleState {
   Callback callback;
   Handle id = 0;
   int value = -1;  // add_process_set: the new id
+  bool claimed = false;  // under mu: a waiter has taken the status and result (claim())
+  bool from_allocator = false;  // result.data came from the op's allocator (not malloc)
   // What the handle runs, for errors (built only when one is reported: submit is hot).
   OpType op = OpType::kAllreduce;
   std::string name;  // of the first tensor
@@ -62,6 +64,12 @@ class HandleTable {
 
   // Waits until done or the deadline. kInProgress if not done in time, else the op's status.
   static Status wait(HandleState& state, Deadline deadline);
+
+  // The one waiter of a done handle: true, and its result moved into *result (when not
+  // null), for the first caller only. Two threads may wait on one handle; only one of them
+  // gets the op (and owns its output), the other is told the handle was waited on.
+  // *from_allocator (when not null): whether the output came from the op's allocator.
+  static bool claim(HandleState& state, Result* result, bool* from_allocator = nullptr);
 
   // Completes every part of the handle with `status` (shutdown, fatal error), its message
   // prefixed with the handle's op, tensor and process set unless it names them already.

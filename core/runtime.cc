@@ -186,7 +186,7 @@ Status Runtime::poll(Handle handle, bool* done) {
   return Status::OK();
 }
 
-Status Runtime::wait(Handle handle, double timeout_seconds, Result* result) {
+Status Runtime::wait(Handle handle, double timeout_seconds, Result* result, bool* from_allocator) {
   bool released = false;  // an op found done is released at once, under the same lock
   auto state = handles_.findForWait(handle, &released);
   if (!state) return Status(StatusCode::kInvalidArgument, "unknown handle " + std::to_string(handle));
@@ -209,7 +209,9 @@ Status Runtime::wait(Handle handle, double timeout_seconds, Result* result) {
     status = HandleTable::wait(*state, deadlineAfter(0));
     if (status.code() == StatusCode::kInProgress) status = stoppedStatus();
   }
-  if (result) *result = std::move(state->result);
+  if (!HandleTable::claim(*state, result, from_allocator))  // another thread waited on it alongside
+    return Status(StatusCode::kInvalidArgument,
+                  "handle " + std::to_string(handle) + " was already waited on by another thread");
   if (!released) handles_.release(handle);
   return status;
 }

@@ -77,7 +77,8 @@ class Runtime {
   Status submit(int process_set, std::vector<TensorEntry> entries, Callback callback,
                 Handle* handle);
   Status poll(Handle handle, bool* done);
-  Status wait(Handle handle, double timeout_seconds, Result* result);
+  // *from_allocator (when not null): whether the output came from the op's allocator.
+  Status wait(Handle handle, double timeout_seconds, Result* result, bool* from_allocator = nullptr);
 
   // Collective over all ranks; blocks until every rank has registered the same set.
   Status addProcessSet(std::vector<int> ranks, int* id);

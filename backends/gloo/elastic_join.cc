@@ -175,7 +175,7 @@ bool elasticJob() {
   return worker != nullptr && *worker != '\0';
 }
 
-int64_t elasticGeneration() { return g_joined.load(); }
+int64_t elasticJoinedGeneration() { return g_joined.load(); }
 
 bool elasticLauncherGone() { return g_launcher_gone.load(); }
 

@@ -2,6 +2,9 @@
 //   tutti-info            backends built, the topology, and every setting in force with
 //                         where its value came from (default, environment, tuttirun)
 //   tutti-info --env-markdown   the TUTTI_* table as Markdown (docs/env_vars.md embeds it)
+// It stays on the internal library (tutti_internal), not the C API: the settings table with
+// each value's source (core/config.h) and the backend registry are internals that no public
+// call exposes, and publishing them would freeze what is only a diagnostic.
 #include "backends/registry.h"
 #include "base/common.h"
 #include "core/config.h"

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The layers of docs/architecture.md ("Layers"), checked on every #include of the sources:
-#   base/      includes nothing from core/ or backends/
+#   include/   the public headers (include/tutti/): only each other and the standard library
+#   base/      includes nothing from core/ or backends/ (of the layers above, only the public
+#              tutti/ headers, which live outside core/)
 #   backends/  includes nothing from core/
 #   core/      includes from backends/ only the contracts: backend.h, registry.h, elastic.h,
 #              options.h
@@ -10,7 +12,7 @@
 set -euo pipefail
 root=${1:?usage: layering.sh SOURCE_DIR}
 cd "$root"
-for dir in base backends core frameworks; do
+for dir in include/tutti base backends core frameworks; do
   [ -d "$dir" ] || { echo "layering: $root/$dir is missing" >&2; exit 2; }
 done
 
@@ -29,8 +31,10 @@ report() {
   done
 }
 includes() {  # DIR TARGET_PATTERN: the includes under DIR whose target matches
-  grep -rnE --include='*.h' --include='*.cc' --include='*.cu' "${include}($2)" "$1" || true
+  grep -rnE --include='*.h' --include='*.hpp' --include='*.cc' --include='*.cu' "${include}($2)" "$1" || true
 }
+report "include/tutti/ is the public API: its headers include only each other (<tutti/...>) and the standard library" \
+  < <(grep -rnE "^[[:space:]]*#[[:space:]]*include[[:space:]]*(\"|<(base|core|backends|frameworks)/)" include || true)
 report "base/ is the bottom layer: it may include only base/ and the public tutti/ headers" \
   < <(includes base 'core/|backends/')
 report "backends/ may include base/ and backends/, never core/ (what a backend needs from the Config goes into BackendOptions, backends/options.h)" \
@@ -43,4 +47,4 @@ if [ "$bad" -ne 0 ]; then
   echo "layering: FAILED (docs/architecture.md, \"Layers\", says where each piece belongs)"
   exit 1
 fi
-echo "layering: base/, backends/, core/ and frameworks/ include only what their layer may"
+echo "layering: include/, base/, backends/, core/ and frameworks/ include only what their layer may"

@@ -1,5 +1,9 @@
 // tutti.torch._C: the pybind11 bridge between torch tensors and the Tutti C++ API.
 //
+// That API (tutti/tutti.hpp) is header-only over the C API, so all this module takes from
+// libtutti.so are C functions (tutti_*): it is compiled with torch's _GLIBCXX_USE_CXX11_ABI,
+// whichever it is, and no std:: type crosses into the library (docs/pytorch.md).
+//
 // The only translation unit that includes torch headers (each one costs about a minute to
 // compile). It stays thin: it turns at::Tensor into TensorView, starts ops, waits with the GIL
 // released and turns a failed Status into a Python exception. Handles, in-place copies,

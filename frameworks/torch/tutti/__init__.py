@@ -4,4 +4,4 @@ Framework adapters live in subpackages; `import tutti.torch as hvd` is a drop-in
 `import horovod.torch as hvd`.
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

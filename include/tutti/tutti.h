@@ -17,7 +17,7 @@ extern "C" {
 #endif
 
 #define TUTTI_VERSION_MAJOR 0
-#define TUTTI_VERSION_MINOR 1
+#define TUTTI_VERSION_MINOR 2
 #define TUTTI_MAX_DIMS 8
 /* No tensor may exceed 2^56 bytes (more than any process can address); a larger count or
  * shape, or one whose bytes overflow, is TUTTI_ERR_INVALID_ARGUMENT. */
@@ -98,6 +98,7 @@ int tutti_cross_size(void);
 const char* tutti_last_error(void); /* detail of this thread's last failure; "" if none */
 const char* tutti_status_string(tutti_status_t status);
 const char* tutti_dtype_name(tutti_dtype_t dtype);
+int64_t tutti_dtype_size(tutti_dtype_t dtype); /* bytes of one element; 0 if not a dtype */
 int tutti_backend_built(const char* name); /* "mpi", "gloo", "nccl": 1 if compiled in */
 const char* tutti_cpu_backend(void);       /* backend in use after init, e.g. "mpi" */
 
@@ -130,6 +131,8 @@ typedef struct tutti_tensor {
   int64_t shape[TUTTI_MAX_DIMS];
 } tutti_tensor_t;
 
+typedef enum tutti_device { TUTTI_DEVICE_CPU = 0, TUTTI_DEVICE_CUDA = 1 } tutti_device_t;
+
 typedef struct tutti_op_options {
   size_t struct_size;    /* sizeof(tutti_op_options_t) */
   tutti_reduce_op_t op;  /* allreduce, reducescatter */
@@ -140,8 +143,20 @@ typedef struct tutti_op_options {
   const int64_t* splits; /* alltoall: rows to send to each rank of the set; NULL = equal */
   int nsplits;
   tutti_callback_t callback; /* optional */
-  void* user_data;
+  void* user_data;           /* passed to callback, allocator and release */
+  /* Since 0.2 (a struct_size of TUTTI_OP_OPTIONS_SIZE_0_1 leaves them NULL). */
+  /* Optional, allgather/alltoall/reducescatter: memory for the output once its shape is
+   * known (shape[0..ndim-1] elements of the input's dtype, where the input lives), called on
+   * one of Tutti's threads; NULL fails the op. The output is then the caller's: tutti_wait
+   * does not free it. Without an allocator Tutti mallocs it (release with tutti_free). */
+  void* (*allocator)(const int64_t* shape, int ndim, void* user_data);
+  /* Optional: called exactly once, on any thread, when Tutti no longer uses user_data (the
+   * op's callback and allocator have run, or the submission failed). */
+  void (*release)(void* user_data);
+  tutti_device_t device; /* where the tensors' memory is: TUTTI_DEVICE_CPU (default) */
 } tutti_op_options_t;
+/* The size of tutti_op_options_t in version 0.1 (up to user_data), still accepted. */
+#define TUTTI_OP_OPTIONS_SIZE_0_1 (offsetof(tutti_op_options_t, allocator))
 
 /* Fills defaults: SUM, scales 1.0, root 0, global set, equal splits, no callback. */
 void tutti_op_options_init(tutti_op_options_t* options);
@@ -169,14 +184,20 @@ tutti_status_t tutti_reducescatter_async(const char* name, const tutti_tensor_t*
                                          tutti_handle_t* handle);
 /* Blocks until every rank of the process set has entered the barrier. */
 tutti_status_t tutti_barrier(int process_set, double timeout_seconds);
+/* The same as an op: complete once every rank of the set has entered it. */
+tutti_status_t tutti_barrier_async(int process_set, tutti_handle_t* handle);
 /* This rank has no more data: until all ranks join it contributes zeros to the others'
  * allreduces. Blocks until every rank has joined; *last_joined_rank receives the last. */
 tutti_status_t tutti_join(int process_set, double timeout_seconds, int* last_joined_rank);
+/* The same as an op: tutti_wait_result's last_joined_rank is the last rank that joined. */
+tutti_status_t tutti_join_async(int process_set, tutti_handle_t* handle);
 
 /* ---- handles ---- */
 tutti_status_t tutti_poll(tutti_handle_t handle, int* done);
 /* Waits up to timeout_seconds (< 0: no limit but TUTTI_TIMEOUT_SECONDS). On TUTTI_ERR_IN_PROGRESS
- * the handle stays valid; otherwise it is released. */
+ * the handle stays valid; otherwise it is released. When several threads wait on one handle,
+ * one gets the op's status (and result); the others TUTTI_ERR_INVALID_ARGUMENT, "handle N was
+ * already waited on by another thread" (docs/c_api.md, "Handles"). */
 tutti_status_t tutti_wait(tutti_handle_t handle, double timeout_seconds);
 tutti_status_t tutti_wait_result(tutti_handle_t handle, double timeout_seconds,
                                  tutti_result_t* result);
@@ -210,7 +231,11 @@ tutti_status_t tutti_add_process_set(const int* ranks, int nranks, int* process_
 tutti_status_t tutti_remove_process_set(int process_set);
 /* This rank's index in the set, or -1 if it is not a member. */
 int tutti_process_set_rank(int process_set);
-int tutti_process_set_size(int process_set);
+int tutti_process_set_size(int process_set); /* -1 if unknown */
+/* The set's world ranks, ascending: *nranks receives their number and the first `capacity`
+ * of them go to ranks (NULL with capacity 0 asks for the number only).
+ * TUTTI_ERR_INVALID_ARGUMENT for a set that does not exist. */
+tutti_status_t tutti_process_set_ranks(int process_set, int* ranks, int capacity, int* nranks);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -1,8 +1,9 @@
-// The C++ API (tutti.hpp): holds the one Runtime and turns calls into queue entries.
+// The runtime behind the C API (core/api.h): holds the one Runtime and turns calls into
+// queue entries.
+#include "core/api.h"
+
 #include "backends/registry.h"
 #include "core/runtime.h"
-
-#include <tutti/tutti.hpp>
 
 #include <unistd.h>
 
@@ -13,6 +14,7 @@
 #include <thread>
 
 namespace tutti {
+namespace api {
 namespace {
 
 std::mutex g_mu;
@@ -242,10 +244,10 @@ Status poll(Handle handle, bool* done) {
   return rt->poll(handle, done);
 }
 
-Status wait(Handle handle, double timeout_seconds, Result* result) {
+Status wait(Handle handle, double timeout_seconds, Result* result, bool* from_allocator) {
   auto rt = current();
   if (!rt) return notInitialized();
-  return rt->wait(handle, timeout_seconds, result);
+  return rt->wait(handle, timeout_seconds, result, from_allocator);
 }
 
 Status addProcessSet(const std::vector<int>& ranks, int* process_set) {
@@ -304,4 +306,5 @@ std::string cpuBackend() {
   return rt ? rt->transportName() : "";
 }
 
+}  // namespace api
 }  // namespace tutti
