@@ -1,7 +1,7 @@
 // The one place in bench/ that asks which libraries this build has (like registry.cc).
 #include "bench/baseline.h"
 
-#include "base/common.h"
+#include "bench/error.h"
 
 #include <cstdlib>
 #include <cstring>

@@ -1,6 +1,6 @@
 #include "bench/data.h"
 
-#include "base/reduce.h"
+#include "bench/elements.h"
 
 #include <algorithm>
 #include <cmath>
@@ -48,7 +48,7 @@ void fillReduced(void* buf, int64_t count, DataType dtype, ReduceOp op, int nran
     storeValue(buf, i, dtype, acc);
   }
   if (op == ReduceOp::kAverage && nranks > 1) {
-    scaleInto(buf, buf, count, dtype, 1.0 / nranks);
+    scaleInPlace(buf, count, dtype, 1.0 / nranks);
   }
 }
 

@@ -1,8 +1,8 @@
 // Deterministic per-rank inputs and the references they imply, for -c 1.
 // Inputs are small integers (1..4; {1,2} for products; 0/1 for bool) so that every dtype
 // holds them and every reduction of them exactly; only average rounds, and the reference
-// scales with the runtime's own kernel (core/reduce.h) so the check compares transports,
-// not rounding conventions.
+// scales by the rule the runtime documents for an average (bench/elements.h, scaleInPlace)
+// so the check compares transports, not rounding conventions.
 #pragma once
 
 #include <tutti/tutti.hpp>

@@ -1,7 +1,7 @@
 #include "bench/gloo_baseline.h"
 
-#include "base/common.h"
-#include "base/reduce.h"
+#include "bench/elements.h"
+#include "bench/error.h"
 
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
@@ -84,7 +84,8 @@ ReduceFn nativeReduce(ReduceOp op) {
   }
 }
 
-// gloo's own templates for the types it has; Tutti's kernels for 16-bit floats and bool.
+// gloo's own templates for the types it has; the bench's own (bench/elements.h)
+// for 16-bit floats and bool.
 ReduceFn reduceFunction(DataType dtype, ReduceOp op) {
   switch (dtype) {
     case DataType::kUInt8: return nativeReduce<uint8_t>(op);
@@ -146,7 +147,7 @@ class GlooBaseline : public Baseline {
     setBuffers(&opts, in, out, bytes, dtype);
     opts.setReduceFunction(reduceFunction(dtype, op));
     gloo::allreduce(opts);
-    if (op == ReduceOp::kAverage) scaleInto(out, out, count, dtype, 1.0 / size_);
+    if (op == ReduceOp::kAverage) scaleInPlace(out, count, dtype, 1.0 / size_);
   }
 
   void allgather(const void* in, void* out, int64_t count, DataType dtype) override {

@@ -5,8 +5,8 @@
 // with MPI_THREAD_MULTIPLE before tutti::init (which then keeps MPI as it finds it) and
 // finalizes it after tutti::shutdown, so the MPI baseline works on MPI_COMM_WORLD while
 // Tutti's background thread uses its own communicators.
-#include "base/common.h"
 #include "bench/baseline.h"
+#include "bench/error.h"
 #include "bench/options.h"
 #include "bench/report.h"
 #include "bench/runner.h"

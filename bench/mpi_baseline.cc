@@ -1,7 +1,7 @@
 #include "bench/mpi_baseline.h"
 
-#include "base/common.h"
-#include "base/reduce.h"
+#include "bench/elements.h"
+#include "bench/error.h"
 
 #include <mpi.h>
 
@@ -14,7 +14,7 @@ namespace bench {
 namespace {
 
 // MPI has no 16-bit float types: they travel as 2-byte contiguous types reduced by user
-// ops over Tutti's kernels. MPI user functions cannot carry state, so the two type handles
+// ops over the bench's own (bench/elements.h). MPI user functions cannot carry state, so the two type handles
 // live here for the lifetime of MPI (set once by the first MpiBaseline).
 MPI_Datatype g_half_type = MPI_DATATYPE_NULL;
 MPI_Datatype g_bf16_type = MPI_DATATYPE_NULL;
@@ -80,7 +80,7 @@ class MpiBaseline : public Baseline {
     checkMpi(MPI_Allreduce(send, out, mpiCount(count, "MPI_Allreduce"), type(dtype),
                            mpiOp(dtype, op), MPI_COMM_WORLD),
              "MPI_Allreduce", rank_);
-    if (op == ReduceOp::kAverage) scaleInto(out, out, count, dtype, 1.0 / size_);
+    if (op == ReduceOp::kAverage) scaleInPlace(out, count, dtype, 1.0 / size_);
   }
 
   void allgather(const void* in, void* out, int64_t count, DataType dtype) override {
@@ -105,7 +105,7 @@ class MpiBaseline : public Baseline {
     checkMpi(MPI_Reduce_scatter_block(in, out, mpiCount(count, "MPI_Reduce_scatter_block"),
                                       type(dtype), mpiOp(dtype, op), MPI_COMM_WORLD),
              "MPI_Reduce_scatter_block", rank_);
-    if (op == ReduceOp::kAverage) scaleInto(out, out, count, dtype, 1.0 / size_);
+    if (op == ReduceOp::kAverage) scaleInPlace(out, count, dtype, 1.0 / size_);
   }
 
   void barrier() override { checkMpi(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier", rank_); }

@@ -1,6 +1,6 @@
 #include "bench/options.h"
 
-#include "base/common.h"
+#include "bench/error.h"
 
 #include <algorithm>
 #include <cctype>

@@ -1,6 +1,6 @@
 #include "bench/report.h"
 
-#include "base/common.h"
+#include "bench/error.h"
 
 #include <unistd.h>
 

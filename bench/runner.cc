@@ -1,6 +1,6 @@
 #include "bench/runner.h"
 
-#include "base/common.h"
+#include "bench/error.h"
 
 #include <chrono>
 #include <cstdlib>

@@ -3,8 +3,8 @@
 // the same buffers.
 #include "bench/workloads.h"
 
-#include "base/common.h"
 #include "bench/data.h"
+#include "bench/error.h"
 
 #include <algorithm>
 #include <cstring>

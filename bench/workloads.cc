@@ -1,8 +1,8 @@
 // fusion and latency: the workloads beyond one tensor at a time.
 #include "bench/workloads.h"
 
-#include "base/common.h"
 #include "bench/data.h"
+#include "bench/error.h"
 
 #include <algorithm>
 #include <cstring>

@@ -2,9 +2,9 @@
 // references, without Tutti: if either were wrong, --baseline rows and -c 1 would lie.
 // Run under mpirun at 1..4 ranks (the gloo one exchanges its addresses over MPI).
 // Exit 0 only when every collective, dtype, op and count matched on every rank.
-#include "base/common.h"
 #include "bench/data.h"
 #include "bench/mpi_baseline.h"
+#include "bench/options.h"
 #if TUTTI_BENCH_TEST_GLOO
 #include "bench/gloo_baseline.h"
 #endif
@@ -27,7 +27,7 @@ void expectNoWrong(int64_t wrong, const char* what, DataType dt, ReduceOp op, in
   if (wrong == 0) return;
   ++g_failures;
   std::fprintf(stderr, "rank %d: baseline %s %s %s count %lld: %lld wrong elements\n", rank,
-               what, dataTypeName(dt), reduceOpName(op), static_cast<long long>(count),
+               what, dataTypeName(dt), ncclOpName(op), static_cast<long long>(count),
                static_cast<long long>(wrong));
 }
 

@@ -1,12 +1,14 @@
 // tutti-bench's pure parts: flags and size suffixes, the sweep, the table's arithmetic, the
 // reference data and the JSON document. No processes, no runtime.
-#include "base/common.h"
 #include "bench/data.h"
+#include "bench/elements.h"
+#include "bench/error.h"
 #include "bench/options.h"
 #include "bench/report.h"
 
 #include "test/catch.h"
 
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -181,7 +183,7 @@ TEST_CASE("reference data: every dtype and op, odd rank counts") {
   for (DataType dt : dtypes) {
     for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct}) {
       for (int n : {1, 2, 3, 4}) {
-        INFO(dataTypeName(dt) << " " << reduceOpName(op) << " n=" << n);
+        INFO(dataTypeName(dt) << " " << ncclOpName(op) << " n=" << n);
         const int64_t count = 37;
         std::vector<char> acc(count * 8), in(count * 8), exp(count * 8);
         fillInput(acc.data(), count, dt, op, 0, 5);
@@ -220,6 +222,63 @@ TEST_CASE("reference data: every dtype and op, odd rank counts") {
     CHECK(avg[i] == static_cast<int32_t>(sum / 4));
     CHECK(favg[i] == Approx(sum / 4));
   }
+}
+
+TEST_CASE("the bench's own 16-bit floats: IEEE half and bfloat16, nearest-even") {
+  // float16: normals, the largest finite, subnormals, signed zero, inf and NaN.
+  CHECK(floatToHalf(1.0f) == 0x3c00);
+  CHECK(floatToHalf(-2.5f) == 0xc100);
+  CHECK(floatToHalf(65504.0f) == 0x7bff);
+  CHECK(floatToHalf(65520.0f) == 0x7c00);                   // rounds up to inf
+  CHECK(floatToHalf(std::ldexp(1.0f, -24)) == 0x0001);      // smallest subnormal
+  CHECK(floatToHalf(std::ldexp(1.0f, -25)) == 0x0000);      // tie: to even (zero)
+  CHECK(floatToHalf(std::ldexp(3.0f, -25)) == 0x0002);      // tie: to even (2)
+  CHECK(floatToHalf(std::ldexp(1.0f, -14)) == 0x0400);      // smallest normal
+  CHECK(floatToHalf(1.0f + std::ldexp(1.0f, -11)) == 0x3c00);                // tie down
+  CHECK(floatToHalf(1.0f + 3 * std::ldexp(1.0f, -11)) == 0x3c02);            // tie up
+  CHECK(floatToHalf(2047.0f / 1024.0f + std::ldexp(1.0f, -11)) == 0x4000);   // carry
+  CHECK(floatToHalf(-0.0f) == 0x8000);
+  CHECK((floatToHalf(std::nanf("")) & 0x7fff) > 0x7c00);
+  CHECK(halfToFloat(0x3c00) == 1.0f);
+  CHECK(halfToFloat(0x7bff) == 65504.0f);
+  CHECK(halfToFloat(0x0001) == std::ldexp(1.0f, -24));
+  CHECK(halfToFloat(0x83ff) == -std::ldexp(1023.0f, -24));
+  CHECK(std::isinf(halfToFloat(0xfc00)));
+  CHECK(std::isnan(halfToFloat(0x7e00)));
+  for (uint32_t h = 0; h < 0x10000; ++h) {  // every finite half reads back to itself
+    if ((h & 0x7c00) == 0x7c00) continue;
+    INFO("half 0x" << std::hex << h);
+    REQUIRE(floatToHalf(halfToFloat(static_cast<uint16_t>(h))) == h);
+  }
+  // bfloat16: the top half of a float, rounded to nearest-even.
+  CHECK(floatToBfloat16(1.0f) == 0x3f80);
+  CHECK(floatToBfloat16(1.0f + std::ldexp(1.0f, -8)) == 0x3f80);       // tie down
+  CHECK(floatToBfloat16(1.0f + 3 * std::ldexp(1.0f, -8)) == 0x3f82);   // tie up
+  CHECK(floatToBfloat16(3.0e38f * 1.2f) == 0x7f80);                    // inf stays inf
+  CHECK((floatToBfloat16(std::nanf("")) & 0x7fff) > 0x7f80);
+  CHECK(bfloat16ToFloat(0xc040) == -3.0f);
+  // Reductions and the average's scale on them, and on integers (wrapping, truncating).
+  uint16_t acc[2] = {floatToHalf(1.5f), floatToHalf(-4.0f)};
+  const uint16_t in[2] = {floatToHalf(2.0f), floatToHalf(3.0f)};
+  reduceInto(acc, in, 2, DataType::kFloat16, ReduceOp::kSum);
+  CHECK(halfToFloat(acc[0]) == 3.5f);
+  CHECK(halfToFloat(acc[1]) == -1.0f);
+  reduceInto(acc, in, 2, DataType::kFloat16, ReduceOp::kMax);
+  CHECK(halfToFloat(acc[0]) == 3.5f);
+  CHECK(halfToFloat(acc[1]) == 3.0f);
+  scaleInPlace(acc, 2, DataType::kFloat16, 0.5);
+  CHECK(halfToFloat(acc[0]) == 1.75f);
+  int8_t i8[2] = {120, -7};
+  const int8_t j8[2] = {10, 2};
+  reduceInto(i8, j8, 2, DataType::kInt8, ReduceOp::kSum);
+  CHECK(i8[0] == -126);  // wraps
+  scaleInPlace(i8, 2, DataType::kInt8, 0.25);
+  CHECK(i8[0] == -31);   // truncated toward zero
+  CHECK(i8[1] == -1);
+  uint8_t b[3] = {1, 0, 0};
+  const uint8_t c[3] = {1, 1, 0};
+  reduceInto(b, c, 3, DataType::kBool, ReduceOp::kProduct);
+  CHECK((b[0] == 1 && b[1] == 0 && b[2] == 0));
 }
 
 TEST_CASE("the report's JSON holds the rows and metadata") {

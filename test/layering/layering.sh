@@ -7,12 +7,14 @@
 #   core/      includes from backends/ only the contracts: backend.h, registry.h, elastic.h,
 #              options.h
 #   frameworks/ includes none of them: only the public tutti/ headers
+#   bench/     (tutti-bench) likewise: a program on the public API, as a user's is; its
+#              CMakeLists.txt links libtutti.so, never tutti_internal
 # Prints one line per include that breaks a rule (file:line, the include, the rule) and
 # exits 1 when there is any. Usage: layering.sh SOURCE_DIR
 set -euo pipefail
 root=${1:?usage: layering.sh SOURCE_DIR}
 cd "$root"
-for dir in include/tutti base backends core frameworks; do
+for dir in include/tutti base backends core frameworks bench; do
   [ -d "$dir" ] || { echo "layering: $root/$dir is missing" >&2; exit 2; }
 done
 
@@ -43,8 +45,12 @@ report "core/ may include from backends/ only the contracts backend.h, registry.
   < <(includes core 'backends/' | grep -vE "[\"<]${contracts}[\">]")
 report "frameworks/ use the public API only (tutti/tutti.h, tutti/tutti.hpp)" \
   < <(includes frameworks 'base/|core/|backends/')
+report "bench/ (tutti-bench) uses the public API only (tutti/tutti.h, tutti/tutti.hpp), its own bench/ headers, MPI and gloo" \
+  < <(includes bench 'base/|core/|backends/')
+report "tutti-bench links libtutti.so (target tutti), as a user's program does, not the internal library" \
+  < <(grep -rnE --include=CMakeLists.txt '\btutti_internal\b' bench || true)
 if [ "$bad" -ne 0 ]; then
   echo "layering: FAILED (docs/architecture.md, \"Layers\", says where each piece belongs)"
   exit 1
 fi
-echo "layering: include/, base/, backends/, core/ and frameworks/ include only what their layer may"
+echo "layering: include/, base/, backends/, core/, frameworks/ and bench/ include only what their layer may"
