@@ -3,7 +3,8 @@
 #   include/   the public headers (include/tutti/): only each other and the standard library
 #   base/      includes nothing from core/ or backends/ (of the layers above, only the public
 #              tutti/ headers, which live outside core/)
-#   backends/  includes nothing from core/
+#   backends/  includes nothing from core/; backends/shm/ nothing from backends/hierarchical/
+#              (hierarchical is composed of shm; the registry puts the two together)
 #   core/      includes from backends/ only the contracts: backend.h, registry.h, elastic.h,
 #              options.h
 #   frameworks/ includes none of them: only the public tutti/ headers
@@ -41,6 +42,8 @@ report "base/ is the bottom layer: it may include only base/ and the public tutt
   < <(includes base 'core/|backends/')
 report "backends/ may include base/ and backends/, never core/ (what a backend needs from the Config goes into BackendOptions, backends/options.h)" \
   < <(includes backends 'core/')
+report "backends/shm/ may not include backends/hierarchical/ (hierarchical stands on shm; backends/registry.cc composes them)" \
+  < <(includes backends/shm 'backends/hierarchical/')
 report "core/ may include from backends/ only the contracts backend.h, registry.h, elastic.h and options.h" \
   < <(includes core 'backends/' | grep -vE "[\"<]${contracts}[\">]")
 report "frameworks/ use the public API only (tutti/tutti.h, tutti/tutti.hpp)" \
