@@ -85,10 +85,10 @@ const std::vector<ConfigVar>& configTable() {
          c.cycle_time_ms = parseDouble("TUTTI_CYCLE_TIME_MS", v, 0, 10000);
        }},
       {"TUTTI_PIPELINE", "enum", "auto", "auto, 0, 1",
-       "Pipelined rounds: an executor thread runs each round's collectives while the "
-       "background thread negotiates the next round; 0: the background thread does both in "
-       "turn. auto: on where the host has at least 3 cores per rank on it (the caller's, "
-       "the background and the executor thread), else off (measured slower on 2 cores, "
+       "Pipelined rounds: the execution stream's thread runs each round's collectives while "
+       "the background thread negotiates the next round; 0: the background thread does both "
+       "in turn. auto: on where the host has at least 3 cores per rank on it (the caller's, "
+       "the background and the stream's thread), else off (measured slower on 2 cores, "
        "docs/PERFORMANCE.md). Local to each rank.",
        [](const std::string& v, Config& c) {
          c.pipeline = parseChoice("TUTTI_PIPELINE", v, {"auto", "0", "1"});

@@ -8,11 +8,12 @@
 // device or stream synchronization.
 //
 // The communicator is non-blocking (ncclConfig_t.blocking = 0), so no NCCL call can hang the
-// background thread: init, enqueue and completion are all polled against a Deadline, and a
-// timeout aborts the communicator (ncclCommAbort) before it throws.
+// runtime's execution stream: init, enqueue and completion are all polled against a
+// Deadline, and a timeout aborts the communicator (ncclCommAbort) before it throws.
 //
-// Ownership and threads: owned by NcclBackend, used only from the background thread, except
-// abort(), which any thread may call. After a timeout, an async NCCL/CUDA error or abort(),
+// Ownership and threads: owned by NcclBackend, used only by the runtime's execution stream
+// (one thread at a time: its own, or the background thread when it runs a command inline),
+// except abort(), which any thread may call. After a timeout, an async NCCL/CUDA error or abort(),
 // the communicator is poisoned: every later call throws the first error again.
 #pragma once
 

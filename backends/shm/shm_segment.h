@@ -23,7 +23,7 @@
 // died. poison() marks the segment so that every member's next or current wait fails fast
 // with the same reason.
 //
-// Thread-safety: one thread (the background thread) runs the ops; poison() and poisoned()
+// Thread-safety: one thread at a time (the runtime's execution stream) runs the ops; poison() and poisoned()
 // may be called from any thread.
 #pragma once
 

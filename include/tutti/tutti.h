@@ -26,7 +26,8 @@ extern "C" {
 typedef enum tutti_status {
   TUTTI_OK = 0,
   TUTTI_ERR_INVALID_ARGUMENT = 1, /* bad input on this rank */
-  TUTTI_ERR_MISMATCH = 2,         /* ranks disagree about a tensor (dtype, shape, op, ...) */
+  TUTTI_ERR_MISMATCH = 2,         /* ranks disagree about a tensor (dtype, shape, op, ...)
+                                     or a setting that must agree (docs/env_vars.md) */
   TUTTI_ERR_TIMEOUT = 3,          /* a deadline passed */
   TUTTI_ERR_ABORTED = 4,          /* the job was aborted (peer died, earlier fatal error) */
   TUTTI_ERR_NOT_INITIALIZED = 5,  /* tutti_init has not been called */
