@@ -246,16 +246,34 @@ void GlooGroup::exchange(const std::string& what, const void* send_buf, size_t s
     for (const auto& t : sends) send_bytes[t.peer] += t.bytes;
     std::multiset<int> pending_sends, pending_recvs;
     std::map<int, std::deque<size_t>> recv_order;  // per peer: indices into recvs, as posted
+    // A post fails at once when the connection to that peer is already broken.
+    auto broke = [&](int peer, bool is_recv, const std::string& error) {
+      const std::string rank = std::to_string(ranks_[peer]);
+      fail(StatusCode::kBackend,
+           label(what) + " failed " + (is_recv ? "receiving from" : "sending to") +
+               " world rank(s) " + rank + " (" +
+               std::to_string(is_recv ? recv_bytes[peer] : send_bytes[peer]) +
+               " bytes): the connection to world rank " + rank +
+               " broke (that rank failed, left or closed it): " + error);
+    };
     for (size_t i = 0; i < recvs.size(); ++i) {
       const auto& t = recvs[i];
       if (t.bytes == 0) continue;
-      in->recv(t.peer, slotFor(slot, recv_bytes[t.peer]), t.offset, t.bytes);
+      try {
+        in->recv(t.peer, slotFor(slot, recv_bytes[t.peer]), t.offset, t.bytes);
+      } catch (const gloo::Exception& e) {
+        broke(t.peer, true, e.what());
+      }
       pending_recvs.insert(t.peer);
       if (on_recv) recv_order[t.peer].push_back(i);
     }
     for (const auto& t : sends) {
       if (t.bytes == 0) continue;
-      out->send(t.peer, slotFor(slot, send_bytes[t.peer]), t.offset, t.bytes);
+      try {
+        out->send(t.peer, slotFor(slot, send_bytes[t.peer]), t.offset, t.bytes);
+      } catch (const gloo::Exception& e) {
+        broke(t.peer, false, e.what());
+      }
       pending_sends.insert(t.peer);
     }
     auto waiting = [&](const std::multiset<int>& peers, bool is_recv) {
