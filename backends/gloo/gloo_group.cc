@@ -6,15 +6,43 @@
 #include <gloo/types.h>
 
 #include <algorithm>
+#include <cstring>
 #include <deque>
 #include <map>
 #include <set>
+#include <typeinfo>
+
+// gloo::transport::tcp::Pair::tryRecv, which libgloo exports. Debian's libgloo-dev cannot
+// declare it: its gloo/transport/tcp/pair.h includes gloo/common/memory.h, which the package
+// lacks. Bound by its (Itanium C++ ABI) name: a non-virtual member function takes the object
+// as its first argument; the link fails if a gloo without it is installed.
+bool glooTcpPairTryRecv(void* pair, gloo::transport::UnboundBuffer* buf, unsigned long slot,
+                        unsigned long offset, unsigned long bytes)
+    __asm__("_ZN4gloo9transport3tcp4Pair7tryRecvEPNS0_13UnboundBufferEmmm");
 
 namespace tutti {
 namespace detail {
 namespace {
 
 constexpr uint8_t kExchangeSlotPrefix = 0x40;  // gloo's own algorithms use 0x01..0x08
+constexpr uint8_t kProbeSlotPrefix = 0x41;     // nothing is ever sent on it
+constexpr auto kWatchPeriod = std::chrono::milliseconds(200);
+
+// "" while the connection to `peer` is up; else gloo's error for it. A receive tried on a
+// slot nobody sends on is gloo's only public call that checks a tcp pair's error and, when
+// there is none, changes nothing (no notification goes to the peer).
+std::string brokenConnection(gloo::Context& context, int peer,
+                             gloo::transport::UnboundBuffer* probe) {
+  gloo::transport::Pair* pair = context.getPair(peer).get();
+  // tcp::Pair's first base is transport::Pair: the same address.
+  if (!pair || std::strcmp(typeid(*pair).name(), "N4gloo9transport3tcp4PairE") != 0) return "";
+  try {
+    glooTcpPairTryRecv(pair, probe, gloo::Slot::build(kProbeSlotPrefix, 0), 0, 0);
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
 
 std::chrono::milliseconds timeoutFor(Deadline deadline) {
   auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
@@ -79,12 +107,46 @@ GlooGroup::GlooGroup(std::shared_ptr<gloo::Context> context, std::vector<int> ra
       ranks_(std::move(ranks)),
       id_(id),
       kind_(std::move(kind)),
-      transport_poison_(std::move(poison)) {
+      transport_poison_(std::move(poison)),
+      probe_(context_->createUnboundBuffer(&probe_byte_, sizeof(probe_byte_))),
+      watcher_([this] { watch(); }) {
   if (transport_poison_) transport_poison_->attach(this);
 }
 
 GlooGroup::~GlooGroup() {
   if (transport_poison_) transport_poison_->detach(this);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  watch_cv_.notify_all();
+  watcher_.join();
+}
+
+void GlooGroup::watch() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (!stopping_) {
+    watch_cv_.wait_for(lock, kWatchPeriod);
+    if (stopping_ || live_.empty() || broken_exchange_ == exchange_) continue;
+    const uint64_t exchange = exchange_;
+    const std::vector<int> peers = watched_;
+    lock.unlock();
+    int peer = -1;
+    std::string broken;
+    for (size_t i = 0; i < peers.size() && broken.empty(); ++i) {
+      peer = peers[i];
+      broken = brokenConnection(*context_, peer, probe_.get());
+    }
+    lock.lock();
+    if (broken.empty() || exchange != exchange_ || live_.empty()) continue;
+    broken_exchange_ = exchange;
+    broken_peer_ = peer;
+    broken_ = broken;
+    for (auto* buf : live_) {
+      buf->abortWaitRecv();
+      buf->abortWaitSend();
+    }
+  }
 }
 
 std::string GlooGroup::label(const std::string& what) const {
@@ -154,18 +216,27 @@ void GlooGroup::exchange(const std::string& what, const void* send_buf, size_t s
     if (send_size > 0)
       out = context_->createUnboundBuffer(const_cast<void*>(send_buf), send_size);
     if (recv_size > 0) in = context_->createUnboundBuffer(recv_buf, recv_size);
-    // 1. Make the buffers visible to abort() (unless it already ran).
+    // 1. Make the buffers visible to abort() (unless it already ran), and the peers to the
+    // watcher.
     {
+      std::set<int> peers;
+      for (const auto& t : recvs)
+        if (t.bytes > 0) peers.insert(t.peer);
+      for (const auto& t : sends)
+        if (t.bytes > 0) peers.insert(t.peer);
       std::lock_guard<std::mutex> lock(mutex_);
       poison_.throwIfSet();
       if (out) live_.push_back(out.get());
       if (in) live_.push_back(in.get());
+      watched_.assign(peers.begin(), peers.end());
+      ++exchange_;
     }
     struct Unregister {
       GlooGroup* group;
       ~Unregister() {
         std::lock_guard<std::mutex> lock(group->mutex_);
         group->live_.clear();
+        group->watched_.clear();
       }
     } unregister{this};
     // 2. Post every receive and send (empty ones skipped: both sides know the sizes), on
@@ -175,16 +246,34 @@ void GlooGroup::exchange(const std::string& what, const void* send_buf, size_t s
     for (const auto& t : sends) send_bytes[t.peer] += t.bytes;
     std::multiset<int> pending_sends, pending_recvs;
     std::map<int, std::deque<size_t>> recv_order;  // per peer: indices into recvs, as posted
+    // A post fails at once when the connection to that peer is already broken.
+    auto broke = [&](int peer, bool is_recv, const std::string& error) {
+      const std::string rank = std::to_string(ranks_[peer]);
+      fail(StatusCode::kBackend,
+           label(what) + " failed " + (is_recv ? "receiving from" : "sending to") +
+               " world rank(s) " + rank + " (" +
+               std::to_string(is_recv ? recv_bytes[peer] : send_bytes[peer]) +
+               " bytes): the connection to world rank " + rank +
+               " broke (that rank failed, left or closed it): " + error);
+    };
     for (size_t i = 0; i < recvs.size(); ++i) {
       const auto& t = recvs[i];
       if (t.bytes == 0) continue;
-      in->recv(t.peer, slotFor(slot, recv_bytes[t.peer]), t.offset, t.bytes);
+      try {
+        in->recv(t.peer, slotFor(slot, recv_bytes[t.peer]), t.offset, t.bytes);
+      } catch (const gloo::Exception& e) {
+        broke(t.peer, true, e.what());
+      }
       pending_recvs.insert(t.peer);
       if (on_recv) recv_order[t.peer].push_back(i);
     }
     for (const auto& t : sends) {
       if (t.bytes == 0) continue;
-      out->send(t.peer, slotFor(slot, send_bytes[t.peer]), t.offset, t.bytes);
+      try {
+        out->send(t.peer, slotFor(slot, send_bytes[t.peer]), t.offset, t.bytes);
+      } catch (const gloo::Exception& e) {
+        broke(t.peer, false, e.what());
+      }
       pending_sends.insert(t.peer);
     }
     auto waiting = [&](const std::multiset<int>& peers, bool is_recv) {
@@ -217,7 +306,22 @@ void GlooGroup::exchange(const std::string& what, const void* send_buf, size_t s
                             : ": ") +
                    e.what());
         }
-        if (!done) {  // abort() woke us, after it set the poison
+        if (!done) {  // abort() woke us, after it set the poison, or the watcher did
+          std::string broken;
+          int broken_peer = -1;
+          {
+            std::lock_guard<std::mutex> lock(mutex_);
+            if (broken_exchange_ == exchange_) {
+              broken = broken_;
+              broken_peer = broken_peer_;
+            }
+          }
+          if (!broken.empty())
+            fail(StatusCode::kBackend,
+                 label(what) + " failed " + (is_recv ? "receiving from" : "sending to") +
+                     " world rank(s) " + waiting(pending, is_recv) +
+                     ": the connection to world rank " + std::to_string(ranks_[broken_peer]) +
+                     " broke (that rank failed, left or closed it): " + broken);
           poison_.throwIfSet(label(what) + " interrupted: ");
           throwError(StatusCode::kAborted, label(what) + " interrupted");
         }

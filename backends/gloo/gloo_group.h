@@ -3,6 +3,12 @@
 // tutti::Error naming op, group, rank and the peers still awaited, and poisoning.
 // All data moves through exchange(), whose gloo buffers abort() can wake from any thread.
 //
+// A watcher thread per group checks, every 200 ms while an exchange() waits, the connections
+// to the peers it waits on: gloo never wakes a send (or receive) whose bytes were in flight
+// when the peer reset the connection (its tcp pair signals only bound buffers and queued
+// unbound operations), so without it the wait would last until the deadline. A broken
+// connection wakes the exchange, which fails naming that peer.
+//
 // Thread-safety: run()/exchange() are called by one thread (the background thread);
 // abort() may be called from any thread. Owns its context (shared with nothing else).
 #pragma once
@@ -14,11 +20,13 @@
 #include <gloo/transport/unbound_buffer.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace tutti {
@@ -97,6 +105,8 @@ class GlooGroup {
   // Sets the poison unless set, wakes a blocked exchange, closes the connections; true if
   // this call set it.
   bool poisonLocal(StatusCode code, const std::string& message);
+  // The watcher thread's loop (see the top of this file).
+  void watch();
 
   std::shared_ptr<gloo::Context> context_;
   const std::vector<int> ranks_;
@@ -106,6 +116,18 @@ class GlooGroup {
   std::mutex mutex_;  // guards live_; the poison is set under it too
   std::vector<gloo::transport::UnboundBuffer*> live_;  // buffers of the running exchange()
   FirstError poison_;
+  // The watcher's state, guarded by mutex_: the group ranks the running exchange() waits on
+  // (exchange_ counts the exchanges), and the first broken connection it found in one.
+  std::vector<int> watched_;
+  uint64_t exchange_ = 0;
+  uint64_t broken_exchange_ = 0;  // the exchange in which broken_ was found (0: none)
+  int broken_peer_ = -1;
+  std::string broken_;
+  bool stopping_ = false;
+  std::condition_variable watch_cv_;
+  std::unique_ptr<gloo::transport::UnboundBuffer> probe_;  // the watcher's (never filled)
+  char probe_byte_ = 0;
+  std::thread watcher_;  // last: started when everything above is ready
 };
 
 }  // namespace detail

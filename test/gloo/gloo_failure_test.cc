@@ -13,6 +13,10 @@
 //            is an uncaught EnforceNotMet on gloo's device thread, std::terminate; a smaller
 //            one a silent short receive): every rank gets a Tutti error naming the op
 //            within its 3 s deadline (plus a peer's close), and stays alive.
+//  abort-mid-transfer  rank 1 aborts while rank 0 broadcasts 256 MB to ranks 1 and 2, so
+//            that rank 0's send to rank 1 is in flight when rank 1 resets the connection
+//            (gloo itself never wakes such a send): rank 0 fails within seconds naming world
+//            rank 1, not at its 30 s deadline.
 //  auth      a rendezvous client with a wrong secret is refused; the right one works (SET,
 //            GET, WAIT, ADD across ranks).
 #include "backends/gloo/gloo_transport.h"
@@ -183,6 +187,32 @@ int main(int argc, char** argv) {
           c.check(seconds < 10, "abort wakes a blocked operation");
         aborter.join();
       }
+    } else if (mode == "abort-mid-transfer") {
+      std::vector<char> big(size_t(256) << 20, rank == 0 ? 1 : 0);
+      be->barrier(deadlineAfter(30));
+      std::thread aborter;
+      if (rank == 1)
+        aborter = std::thread([&] {
+          std::this_thread::sleep_for(std::chrono::milliseconds(30));
+          be->abort("aborted mid-transfer");
+        });
+      if (rank == 2) {  // may finish or fail (rank 0 closes its pairs when it fails)
+        try {
+          be->broadcast(big.data(), static_cast<int64_t>(big.size()), DataType::kUInt8, 0,
+                        deadlineAfter(30));
+        } catch (const Error& e) {
+          std::printf("rank 2: broadcast: %s\n", e.what());
+        }
+      } else if (expectError(c, "broadcast of 256 MB, rank 1 aborting", [&] {
+                   be->broadcast(big.data(), static_cast<int64_t>(big.size()),
+                                 DataType::kUInt8, 0, deadlineAfter(30));
+                 }, &code, &message, &seconds)) {
+        c.check(seconds < 10, "the broadcast fails within seconds, not at its deadline");
+        if (rank == 0)
+          c.check(code == StatusCode::kBackend && contains(message, "world rank 1"),
+                  "rank 0's error names world rank 1: " + message);
+      }
+      if (aborter.joinable()) aborter.join();
     } else if (mode == "size-mismatch") {
       const int64_t count = rank == 1 ? 1000 : 1001;
       if (expectError(c, "allreduce of " + std::to_string(count) + " floats", [&] {
@@ -198,7 +228,7 @@ int main(int argc, char** argv) {
       }
     } else {
       std::fprintf(stderr, "usage: gloo_failure_test timeout|dead-peer|abort|abort-blocked|"
-                           "size-mismatch|auth\n");
+                           "size-mismatch|abort-mid-transfer|auth\n");
       return 2;
     }
   } catch (const Error& e) {
