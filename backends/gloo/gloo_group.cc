@@ -15,10 +15,12 @@
 // gloo::transport::tcp::Pair::tryRecv, which libgloo exports. Debian's libgloo-dev cannot
 // declare it: its gloo/transport/tcp/pair.h includes gloo/common/memory.h, which the package
 // lacks. Bound by its (Itanium C++ ABI) name: a non-virtual member function takes the object
-// as its first argument; the link fails if a gloo without it is installed.
-bool glooTcpPairTryRecv(void* pair, gloo::transport::UnboundBuffer* buf, unsigned long slot,
-                        unsigned long offset, unsigned long bytes)
-    __asm__("_ZN4gloo9transport3tcp4Pair7tryRecvEPNS0_13UnboundBufferEmmm");
+// as its first argument. Weak: with a gloo that lacks it (another snapshot) the symbol is
+// null, the watch finds nothing and a broken connection is noticed at the op's deadline.
+extern "C++" bool glooTcpPairTryRecv(void* pair, gloo::transport::UnboundBuffer* buf,
+                                     unsigned long slot, unsigned long offset,
+                                     unsigned long bytes)
+    __asm__("_ZN4gloo9transport3tcp4Pair7tryRecvEPNS0_13UnboundBufferEmmm") __attribute__((weak));
 
 namespace tutti {
 namespace detail {
@@ -35,7 +37,10 @@ std::string brokenConnection(gloo::Context& context, int peer,
                              gloo::transport::UnboundBuffer* probe) {
   gloo::transport::Pair* pair = context.getPair(peer).get();
   // tcp::Pair's first base is transport::Pair: the same address.
-  if (!pair || std::strcmp(typeid(*pair).name(), "N4gloo9transport3tcp4PairE") != 0) return "";
+  if (!glooTcpPairTryRecv || !pair ||
+      std::strcmp(typeid(*pair).name(), "N4gloo9transport3tcp4PairE") != 0) {
+    return "";
+  }
   try {
     glooTcpPairTryRecv(pair, probe, gloo::Slot::build(kProbeSlotPrefix, 0), 0, 0);
   } catch (const std::exception& e) {
