@@ -57,8 +57,9 @@ build() {  # dir target...
 }
 
 integ=$(cd test/integration && sed -n 's/^set(_integ_binaries \(.*\))/\1/p' CMakeLists.txt)
-# integ_waiters: two threads waiting on one handle (a double free before it was fixed).
-asan_targets="tutti tuttirun tutti_unit_test tutti_c_api_fuzz integ_failure integ_shm integ_waiters integ_c_entries tutti_slurm_unit"
+# integ_waiters: two threads waiting on one handle (a double free before it was fixed);
+# integ_group_size: a grouped allreduce of another size on one rank (its _np2 tests match below).
+asan_targets="tutti tuttirun tutti_unit_test tutti_c_api_fuzz integ_failure integ_shm integ_waiters integ_c_entries integ_group_size tutti_slurm_unit"
 for b in $integ; do asan_targets="$asan_targets integ_$b"; done
 tsan_targets="tutti tutti_unit_test tutti_shm_test tutti_hier_test tutti_conformance_test"
 # The test step alone still brings the trees up to date (a no-op after the build step).
