@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
@@ -52,6 +53,7 @@ std::atomic<bool> g_job_failed{false};
 std::mutex g_failed_mu;
 std::string g_failed_why;  // under g_failed_mu
 pid_t g_mpi_pid = 0;        // the process that initialized MPI (not a forked child)
+std::atomic<double> g_clean_exit_finalize_seconds{1800.0};  // TUTTI_TIMEOUT_SECONDS
 
 void markJobFailed(const std::string& why) {
   std::lock_guard<std::mutex> lock(g_failed_mu);
@@ -263,27 +265,37 @@ void finalizeMpiAtExit(int status, void*) {
     return;
   }
   // The peers may never reach MPI_Finalize (stopped, stuck in a collective): give it a
-  // moment, then end the whole job with this process's code.
+  // moment, then end the whole job with this process's code. A process that caught the
+  // error and exits 0 waits as long as for any collective: the peers may still be busy (a
+  // stall that was reported and handled) and a handled error must not fail the job.
   const int code = status != 0 ? status : 1;
+  const double grace = status != 0 ? kFinalizeGraceSeconds : g_clean_exit_finalize_seconds.load();
   int rank = -1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  std::thread([code, rank] {
-    std::this_thread::sleep_for(std::chrono::duration<double>(kFinalizeGraceSeconds));
+  std::thread([code, rank, grace] {
+    std::this_thread::sleep_for(std::chrono::duration<double>(grace));
     std::string why;
     {
       std::lock_guard<std::mutex> lock(g_failed_mu);
       why = g_failed_why;
     }
     std::fprintf(stderr, "tutti: rank %d: exiting after a fatal error (%s); MPI_Finalize did not "
-                 "complete within %.0f s, so the job is aborted with code %d (MPI_Abort)\n",
-                 rank, why.c_str(), kFinalizeGraceSeconds, code);
+                 "complete within %.0f s, so the process exits with code %d without it (the "
+                 "launcher then ends the job)\n",
+                 rank, why.c_str(), grace, code);
     std::fflush(stderr);
-    MPI_Abort(MPI_COMM_WORLD, code);
+    // Not MPI_Abort: mpiexec 4.1's abort path, with a peer stopped or stuck, was seen to hang
+    // or crash in PMIx_server_finalize; a process that leaves without finalizing is the
+    // launcher's everyday failure, which ends the job with this code.
+    std::_Exit(code);
   }).detach();
   MPI_Finalize();
 }
 
-void rememberMpiProcess() { g_mpi_pid = getpid(); }
+void rememberMpiProcess(double clean_exit_finalize_seconds) {
+  g_mpi_pid = getpid();
+  g_clean_exit_finalize_seconds = clean_exit_finalize_seconds;
+}
 
 MPI_Datatype MpiShared::datatype(DataType dtype) const {
   switch (dtype) {

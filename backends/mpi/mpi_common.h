@@ -29,13 +29,16 @@ namespace detail {
 // initialized twice in a process, and tutti_init must work again after tutti_shutdown.
 // After a fatal error (a poisoned group, a request abandoned by a timeout) MPI_Finalize may
 // never complete, since a peer may be stopped or stuck: it then runs under a watchdog that
-// calls MPI_Abort with the process's exit code (1 for 0) after kFinalizeGrace, so that
-// mpirun ends the whole job.
+// ends the process without it, with its exit code, after kFinalizeGraceSeconds (for a
+// process exiting 0, which caught the error: exit code 1 after the collective deadline), so
+// that mpirun ends the whole job.
 void finalizeMpiAtExit(int status, void*);
 constexpr double kFinalizeGraceSeconds = 3.0;
 // Marks the job as failed in this process (the first fatal error, for the exit message).
 void markJobFailed(const std::string& why);
-void rememberMpiProcess();  // called when Tutti initializes MPI
+// Called when Tutti initializes MPI, with TUTTI_TIMEOUT_SECONDS (how long a process that
+// exits 0 after a fatal error waits for MPI_Finalize).
+void rememberMpiProcess(double clean_exit_finalize_seconds);
 
 // Objects made once per transport and freed with it. Held through shared_ptr by every
 // backend and control plane, so it outlives them. Thread-safe.

@@ -66,7 +66,7 @@ void initializeMpi(const BackendOptions& options) {
   checkSlurmPmi(options);
   detail::checkMpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided),
                    "MPI_Init_thread", "mpi transport");
-  detail::rememberMpiProcess();
+  detail::rememberMpiProcess(options.timeout_seconds);
   on_exit(detail::finalizeMpiAtExit, nullptr);
   if (provided != MPI_THREAD_MULTIPLE) {
     MPI_Finalize();

@@ -66,27 +66,39 @@ def mpirun_command(np, hosts, env, command, options=None, mpirun="mpirun", cores
     return argv + extra + list(command)
 
 
-# After a rank's MPI_Abort mpirun ends the job within a second or two, unless it waits for
-# the daemon of a host it cannot reach (the abort is retransmitted for minutes): then
-# tuttirun stops mpirun, and the ssh sessions and daemons it started here with it.
+# After a rank's MPI_Abort, or a rank that leaves without finalizing after a fatal error,
+# mpirun ends the job within a second or two, unless it waits for the daemon of a host it
+# cannot reach (the abort is retransmitted for minutes): then tuttirun stops mpirun, and the
+# ssh sessions and daemons it started here with it.
 ABORT_GRACE_SECONDS = 10.0
 _ABORT = re.compile(rb"MPI_ABORT was invoked on rank (\d+)")
 _ABORT_CODE = re.compile(rb"^with errorcode (-?\d+)")
+_LEFT = re.compile(rb"tutti: rank (\d+): exiting after a fatal error .* so the process exits "
+                   rb"with code (\d+) without it")
 
 
 class _AbortWatch:
-    """Notes Open MPI's report of an MPI_Abort in mpirun's output (hides no line)."""
+    """Notes Open MPI's report of an MPI_Abort, or Tutti's of a rank that leaves without
+    MPI_Finalize after a fatal error, in mpirun's output (hides no line)."""
 
     def __init__(self):
         self.lock = threading.Lock()
         self.at = self.rank = self.code = None
+        self.how = "called MPI_Abort"
 
     def __call__(self, line):
         with self.lock:
-            m = _ABORT.search(line)
-            if m and self.at is None:
-                self.at, self.rank = time.monotonic(), int(m.group(1))
-            elif self.at is not None and self.code is None:
+            if self.at is None:
+                m = _ABORT.search(line)
+                if m:
+                    self.at, self.rank = time.monotonic(), int(m.group(1))
+                    return False
+                m = _LEFT.search(line)
+                if m:
+                    self.at, self.rank, self.code = (time.monotonic(), int(m.group(1)),
+                                                     int(m.group(2)))
+                    self.how = "left after a fatal error"
+            elif self.code is None:
                 c = _ABORT_CODE.search(line)
                 if c:
                     self.code = int(c.group(1))
@@ -124,8 +136,8 @@ def run_mpirun(argv, grace=ABORT_GRACE_SECONDS):
             code = proc.wait(0.2)
         except subprocess.TimeoutExpired:
             if watch.at is not None and time.monotonic() - watch.at > grace:
-                print("tuttirun: mpirun has not ended %g s after rank %d called MPI_Abort "
-                      "(a host it cannot reach?); stopping it" % (grace, watch.rank),
+                print("tuttirun: mpirun has not ended %g s after rank %d %s "
+                      "(a host it cannot reach?); stopping it" % (grace, watch.rank, watch.how),
                       file=sys.stderr, flush=True)
                 _stop_group(proc)
                 code = watch.code if watch.code and 0 < watch.code < 256 else 1
