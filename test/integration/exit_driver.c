@@ -16,6 +16,9 @@
  *   sleep       sleeps 60 s (for Ctrl-C to the launcher), then shuts down
  *   slow        rank RANK works CODE seconds alone (a checkpoint) before step 3; the others
  *               wait in the allreduce: fine under the collective deadline
+ *   caught      rank RANK sleeps CODE seconds before step 3; the others' step 3 fails at the
+ *               deadline; every rank prints the error it caught and returns 0 (a handled
+ *               error is not a failed job, even when the peers reach their exit later)
  *   fail        rank RANK runs with TUTTI_TIMEOUT_SECONDS=1 and waits on "only.mine", which
  *               no other rank submits: its own runtime fails (the job deadline passes
  *               without a verdict) and it keeps running (sleeps 60 s); the others wait on
@@ -121,6 +124,15 @@ int main(int argc, char** argv) {
     steps(3, kSteps);
     tutti_shutdown();
     printf("rank %d: slow step ok\n", g_rank);
+    return 0;
+  }
+  if (strcmp(mode, "caught") == 0) {
+    if (g_rank == who) sleep((unsigned)code);
+    float v[4] = {1, 1, 1, 1};
+    tutti_handle_t h = 0;
+    s = tutti_allreduce_async("step.3", v, v, 4, TUTTI_FLOAT32, TUTTI_SUM, 1.0, 1.0, &h);
+    if (s == TUTTI_OK) s = tutti_wait(h, -1.0);
+    printf("rank %d: caught: status %d: %s\n", g_rank, (int)s, tutti_last_error());
     return 0;
   }
   if (strcmp(mode, "sleep") == 0) {

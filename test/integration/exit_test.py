@@ -114,6 +114,15 @@ class ExitTest(unittest.TestCase):
                            ["rank 0: FAILED", "world rank %d (pid " % stopped,
                             "is stopped (state T"])
 
+    def test_caught_error_is_not_a_failed_job(self):
+        """A fatal error that every rank catches before returning 0 ends the job with 0, also
+        when a peer reaches its exit seconds later (MPI: MPI_Finalize waits for it; a 3 s
+        watchdog once turned it into exit code 1, as in Horovod's test_stall.py)."""
+        for launcher in LAUNCHERS:
+            with self.subTest(launcher=launcher):
+                job = Job(launcher, 2, ["caught", "1", str(int(TIMEOUT) + 5)])
+                self.check(job, 0, TIMEOUT + 25, ["rank 0: caught: status 3", "rank 1: caught"])
+
     def test_start_timeout_is_not_the_op_deadline(self):
         """Defect 5: a start timeout of 1 s (tuttirun --start-timeout, or
         TUTTI_START_TIMEOUT_SECONDS) does not limit a 3 s step in which rank 0 works alone;
