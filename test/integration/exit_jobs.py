@@ -3,7 +3,9 @@ under mpirun, tuttirun --mpi or tuttirun --gloo, with a deadline, timed, and wit
 processes it left behind found and killed. Every job carries a unique marker in its
 environment, searched in /proc once the launcher has returned. Standard library only.
 
-Environment: TUTTIRUN (tuttirun of the build tree), MPIRUN (empty: no MPI launchers)."""
+Environment: TUTTIRUN (tuttirun of the build tree), MPIRUN (empty: no MPI launchers),
+EXIT_LAUNCHERS (comma-separated subset of gloo, mpirun, tuttirun-mpi; default all that can
+run: CTest runs each launcher as a test of its own, side by side)."""
 import os
 import signal
 import subprocess
@@ -15,6 +17,8 @@ TUTTIRUN = os.environ.get("TUTTIRUN", "")
 MPIRUN = os.environ.get("MPIRUN", "")
 TIMEOUT = 5.0  # TUTTI_TIMEOUT_SECONDS of every job
 LAUNCHERS = ["gloo"] + (["mpirun", "tuttirun-mpi"] if MPIRUN else [])
+if os.environ.get("EXIT_LAUNCHERS"):
+    LAUNCHERS = [l for l in os.environ["EXIT_LAUNCHERS"].split(",") if l in LAUNCHERS]
 
 
 def job_processes(marker):
