@@ -39,16 +39,19 @@ JSRUN_NOTICE = "Tutti does not launch with jsrun; it runs the job with mpirun, a
 def add_horovodrun_flags(parser):
     """Registers IGNORED and OPPOSITES on `parser` (hidden from --help: docs/launcher.md
     lists them)."""
+    opposites = {dest: flags for flags, dest in OPPOSITES}
     for flags, dest, kind, _what in IGNORED:
-        if kind is None:
-            parser.add_argument(*flags, dest=dest, action="store_const", const=True,
-                                help=argparse.SUPPRESS)
-        else:
+        if kind is not None:
             parser.add_argument(*flags, dest=dest, type=kind, metavar="N",
                                 help=argparse.SUPPRESS)
-    for flags, dest in OPPOSITES:
-        parser.add_argument(*flags, dest=dest, action="store_const", const=False,
-                            help=argparse.SUPPRESS)
+            continue
+        # A switch and its opposite exclude each other, as in horovodrun.
+        group = parser.add_mutually_exclusive_group() if dest in opposites else parser
+        group.add_argument(*flags, dest=dest, action="store_const", const=True,
+                           help=argparse.SUPPRESS)
+        if dest in opposites:
+            group.add_argument(*opposites[dest], dest=dest, action="store_const",
+                               const=False, help=argparse.SUPPRESS)
 
 
 def print_notices(args, out=None):

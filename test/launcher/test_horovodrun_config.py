@@ -115,6 +115,12 @@ class ConfigFileTest(unittest.TestCase):
         self.assertFalse([a for a in argv if a.startswith("TUTTI_STALL_CHECK_DISABLE")])
         r = run(["-np", "2", "--dry-run", "--gloo", "--config-file", path, "true"])
         self.assertEqual(dry_env(r)["TUTTI_CPU_OPERATIONS"], "gloo")  # --gloo wins
+        # horovodrun's own sample file writes logging.hide_timestamp: the inverse.
+        path = self.write("logging:\n  hide_timestamp: true\n")
+        r = run(["-np", "1", "--dry-run", "--config-file", path, "true"])
+        self.assertEqual(dry_env(r)["TUTTI_LOG_HIDE_TIME"], "1")
+        r = run(["-np", "1", "--dry-run", "--config-file", path, "--log-with-timestamp", "true"])
+        self.assertEqual(dry_env(r)["TUTTI_LOG_HIDE_TIME"], "0")
 
     def test_errors_name_file_line_and_expectation(self):
         cases = [

@@ -121,6 +121,9 @@ class HorovodrunFlagsTest(unittest.TestCase):
                 r = run(["-np", "1", "--dry-run"] + flags + ["true"])
                 self.assertEqual(r.returncode, 0, r.stderr)
                 self.assertEqual(r.stderr, "")
+        r = run(["-np", "1", "--torus-allreduce", "--no-torus-allreduce", "true"])
+        self.assertEqual(r.returncode, 2)  # as horovodrun: one or the other
+        self.assertIn("not allowed with argument", r.stderr)
         r = run(["-np", "1", "--dry-run", "--stall-check", "--tcp", "true"])
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertNotIn("TUTTI_STALL_CHECK_DISABLE", r.stdout)
