@@ -1,4 +1,5 @@
-// Minimal leveled logging to stderr, one whole line per message, prefixed with the rank.
+// Minimal leveled logging to stderr, one whole line per message, prefixed with the rank and,
+// when on (TUTTI_LOG_HIDE_TIME=0), the local date and time.
 #pragma once
 
 #include <sstream>
@@ -13,6 +14,7 @@ const char* logLevelName(LogLevel level);  // "trace", ..., "fatal" (TUTTI_LOG_L
 
 void setLogLevel(LogLevel level);
 void setLogRank(int rank);
+void setLogTime(bool on);  // lines start with "2026-05-01 12:00:00.123456 " when on
 bool logEnabled(LogLevel level);
 void logLine(LogLevel level, const std::string& message);
 

@@ -153,6 +153,13 @@ const std::vector<ConfigVar>& configTable() {
          c.log_level = static_cast<LogLevel>(
              std::find(kLogLevels.begin(), kLogLevels.end(), level) - kLogLevels.begin());
        }},
+      {"TUTTI_LOG_HIDE_TIME", "bool", "1", "0, 1",
+       "0: each log line starts with the local date and time to the microsecond "
+       "(2026-05-01 12:00:00.123456 [tutti info rank 0] ...; tuttirun --log-with-timestamp); "
+       "1: no time (tuttirun --log-without-timestamp). Horovod's default is 0, Tutti's 1.",
+       [](const std::string& v, Config& c) {
+         c.log_hide_time = parseBool("TUTTI_LOG_HIDE_TIME", v);
+       }},
       {"TUTTI_CACHE_CAPACITY", "int", "1024", "[0, 1048576]",
        "Response cache entries per process set; 0 disables the cache (every op is negotiated "
        "with a gather and a broadcast).",
@@ -260,6 +267,7 @@ const std::vector<HorovodTwin>& horovodTwins() {
       {"HOROVOD_CPU_OPERATIONS", "TUTTI_CPU_OPERATIONS"},
       {"HOROVOD_GLOO_TIMEOUT_SECONDS", "TUTTI_START_TIMEOUT_SECONDS"},
       {"HOROVOD_LOG_LEVEL", "TUTTI_LOG_LEVEL"},
+      {"HOROVOD_LOG_HIDE_TIME", "TUTTI_LOG_HIDE_TIME"},
       {"HOROVOD_CACHE_CAPACITY", "TUTTI_CACHE_CAPACITY"},
       {"HOROVOD_STALL_CHECK_TIME_SECONDS", "TUTTI_STALL_CHECK_TIME_SECONDS"},
       {"HOROVOD_STALL_CHECK_DISABLE", "TUTTI_STALL_CHECK_DISABLE"},

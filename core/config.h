@@ -32,6 +32,7 @@ struct Config {
   double timeout_seconds = 1800.0;       // collectives and waits
   double start_timeout_seconds = 30.0;   // connecting (rendezvous, process sets)
   LogLevel log_level = LogLevel::kWarning;
+  bool log_hide_time = true;  // TUTTI_LOG_HIDE_TIME: 0 starts each log line with the time
   int64_t cache_capacity = 1024;
   double stall_check_seconds = 60.0;
   bool stall_check_disable = false;

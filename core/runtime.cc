@@ -27,6 +27,7 @@ Runtime::Runtime(Config config, std::unique_ptr<Transport> transport)
     config_.topology.size = transport_->size();
   }
   setLogLevel(config_.log_level);
+  setLogTime(!config_.log_hide_time);
   setLogRank(config_.topology.size > 1 ? config_.topology.rank : -1);
   if (transport_->rank() != config_.topology.rank || transport_->size() != config_.topology.size)
     throwError(StatusCode::kInvalidArgument,

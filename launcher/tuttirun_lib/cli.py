@@ -8,7 +8,8 @@ import signal
 import sys
 
 from . import hosts as hostlib
-from .compat import add_horovodrun_flags
+from . import config_file
+from .compat import add_horovodrun_flags, print_notices
 from .elastic import ElasticError, discover, run_elastic
 from .environment import forwarded_environment, local_environment, remote_environment
 from .mpi import MpiOptions, mpirun_command, run_mpirun
@@ -20,15 +21,17 @@ SETTINGS = [
     ("fusion_threshold_mb", "TUTTI_FUSION_THRESHOLD", lambda v: str(int(v * 1024 * 1024))),
     ("cycle_time_ms", "TUTTI_CYCLE_TIME_MS", str),
     ("timeline_filename", "TUTTI_TIMELINE", str),
-    ("timeline_mark_cycles", "TUTTI_TIMELINE_MARK_CYCLES", lambda v: "1"),
-    ("autotune", "TUTTI_AUTOTUNE", lambda v: "1"),
+    ("timeline_mark_cycles", "TUTTI_TIMELINE_MARK_CYCLES", lambda v: "1" if v else "0"),
+    ("autotune", "TUTTI_AUTOTUNE", lambda v: "1" if v else "0"),
     ("autotune_log_file", "TUTTI_AUTOTUNE_LOG", str),
+    ("autotune_warmup_samples", "TUTTI_AUTOTUNE_WARMUP_WINDOWS", str),
     ("hierarchical_allreduce", "TUTTI_HIERARCHICAL_ALLREDUCE", lambda v: "1" if v else "0"),
     ("hierarchical_allgather", "TUTTI_HIERARCHICAL_ALLGATHER", lambda v: "1" if v else "0"),
     ("cache_capacity", "TUTTI_CACHE_CAPACITY", str),
     ("stall_check_warning_time_seconds", "TUTTI_STALL_CHECK_TIME_SECONDS", str),
     ("stall_check_shutdown_time_seconds", "TUTTI_STALL_SHUTDOWN_TIME_SECONDS", str),
     ("log_level", "TUTTI_LOG_LEVEL", str),
+    ("log_with_timestamp", "TUTTI_LOG_HIDE_TIME", lambda v: "0" if v else "1"),
     ("start_timeout", "TUTTI_START_TIMEOUT_SECONDS", str),
 ]
 LOG_LEVELS = ["trace", "debug", "info", "warning", "error", "fatal"]
@@ -39,8 +42,9 @@ def make_parser():
         prog="tuttirun", usage="tuttirun -np N [options] command [args...]",
         description="Launch a Tutti job: N copies of COMMAND with ranks, rendezvous and "
                     "secret in their environment. See docs/launcher.md.",
-        epilog="horovodrun's other flags are known too: those of work not built yet stop "
-               "with a pointer (docs/launcher.md, 'From horovodrun').")
+        epilog="horovodrun's other flags are accepted too; those asking for what Tutti does "
+               "not have say in one line what it does instead (docs/launcher.md, 'From "
+               "horovodrun').")
     p.add_argument("-v", "--version", action="store_true", help="print the version and exit")
     p.add_argument("-np", "--num-proc", dest="np", type=int, help="number of processes")
     where = p.add_mutually_exclusive_group()
@@ -49,6 +53,7 @@ def make_parser():
     how = p.add_mutually_exclusive_group()
     how.add_argument("--gloo", action="store_true", help="gloo over TCP (the default)")
     how.add_argument("--mpi", action="store_true", help="run the equivalent mpirun command")
+    how.add_argument("--jsrun", action="store_true", help=argparse.SUPPRESS)  # as --mpi
     p.add_argument("-p", "--ssh-port", type=int, help="ssh port of remote hosts")
     p.add_argument("-i", "--ssh-identity-file", help="ssh private key for remote hosts")
     p.add_argument("-x", dest="export", action="append", default=[], metavar="VAR[=VALUE]",
@@ -61,13 +66,22 @@ def make_parser():
                    help="write a Chrome-tracing timeline (TUTTI_TIMELINE): DIR/ gives every "
                         "rank DIR/rank-N.json (merge: tutti-timeline merge DIR -o job.json); "
                         "a FILE is written by rank 0")
-    p.add_argument("--timeline-mark-cycles", action="store_const", const=True,
-                   help="mark every round on the timeline (TUTTI_TIMELINE_MARK_CYCLES=1)")
-    p.add_argument("--autotune", action="store_const", const=True,
-                   help="tune fusion threshold and cycle time while the job runs "
-                        "(TUTTI_AUTOTUNE=1)")
+    cycles = p.add_mutually_exclusive_group()
+    cycles.add_argument("--timeline-mark-cycles", action="store_const", const=True,
+                        help="mark every round on the timeline (TUTTI_TIMELINE_MARK_CYCLES=1)")
+    cycles.add_argument("--no-timeline-mark-cycles", dest="timeline_mark_cycles",
+                        action="store_const", const=False, help=argparse.SUPPRESS)
+    tune = p.add_mutually_exclusive_group()
+    tune.add_argument("--autotune", action="store_const", const=True,
+                      help="tune fusion threshold and cycle time while the job runs "
+                           "(TUTTI_AUTOTUNE=1)")
+    tune.add_argument("--no-autotune", dest="autotune", action="store_const", const=False,
+                      help=argparse.SUPPRESS)
     p.add_argument("--autotune-log-file", metavar="FILE",
                    help="rank 0 writes each autotune window as CSV (TUTTI_AUTOTUNE_LOG)")
+    p.add_argument("--autotune-warmup-samples", type=int, metavar="N",
+                   help="autotune windows at the start that are not scored "
+                        "(TUTTI_AUTOTUNE_WARMUP_WINDOWS)")
     hier = p.add_mutually_exclusive_group()
     hier.add_argument("--hierarchical-allreduce", dest="hierarchical_allreduce",
                       action="store_const", const=True,
@@ -94,12 +108,27 @@ def make_parser():
     p.add_argument("--stall-check-shutdown-time-seconds", type=float, metavar="S",
                    help="fail after a stall this long (TUTTI_STALL_SHUTDOWN_TIME_SECONDS)")
     stall = p.add_mutually_exclusive_group()
-    stall.add_argument("--no-stall-check", action="store_true",
+    stall.add_argument("--no-stall-check", action="store_const", const=True,
                        help="disable the stall check (TUTTI_STALL_CHECK_DISABLE=1)")
-    stall.add_argument("--stall-check", dest="no_stall_check", action="store_false",
-                       help="keep the stall check on (the default)")
+    stall.add_argument("--stall-check", dest="no_stall_check", action="store_const",
+                       const=False, help="keep the stall check on (the default)")
     p.add_argument("--log-level", type=str.lower, choices=LOG_LEVELS, metavar="LEVEL",
                    help="TUTTI_LOG_LEVEL, in any case: %s" % ", ".join(LOG_LEVELS))
+    stamp = p.add_mutually_exclusive_group()
+    stamp.add_argument("--log-with-timestamp", dest="log_with_timestamp", action="store_const",
+                       const=True, help="Tutti's log lines start with the date and time "
+                                        "(TUTTI_LOG_HIDE_TIME=0)")
+    stamp.add_argument("--log-without-timestamp", dest="log_with_timestamp",
+                       action="store_const", const=False,
+                       help="log lines without the time (TUTTI_LOG_HIDE_TIME=1, the default)")
+    stamp.add_argument("--no-log-hide-timestamp", dest="log_with_timestamp",
+                       action="store_const", const=True, help=argparse.SUPPRESS)
+    stamp.add_argument("--log-hide-timestamp", dest="log_with_timestamp",
+                       action="store_const", const=False, help=argparse.SUPPRESS)
+    p.add_argument("-prefix-timestamp", "--prefix-output-with-timestamp", action="store_true",
+                   help="start each forwarded output line with the local time")
+    p.add_argument("--config-file", metavar="FILE",
+                   help="horovodrun's YAML config file; flags on the command line win")
     p.add_argument("--start-timeout", type=float, metavar="S",
                    help="deadline of connecting: ssh, rendezvous, connections (exported as "
                         "TUTTI_START_TIMEOUT_SECONDS, default 30); collectives have their own "
@@ -115,8 +144,8 @@ def make_parser():
     mpi.add_argument("--mpi-args", metavar="'ARGS'",
                      help="more arguments for mpirun, e.g. --mpi-args='--map-by ppr:2:node'")
     mpi.add_argument("--tcp", action="store_true",
-                     help="MPI over TCP only (--mca pml ob1 --mca btl tcp,self); gloo is TCP "
-                          "anyway")
+                     help="MPI over TCP only (--mca pml ob1 --mca btl tcp,self; gloo is TCP "
+                          "anyway), and NCCL too (NCCL_IB_DISABLE=1)")
     mpi.add_argument("--binding-args", metavar="'ARGS'",
                      help="mpirun's binding arguments instead of --bind-to none")
     p.add_argument("--output-filename", metavar="DIR",
@@ -219,6 +248,8 @@ def settings_env(args):
             env["NCCL_SOCKET_IFNAME"] = ",".join(args.nics)
     if args.no_stall_check:
         env["TUTTI_STALL_CHECK_DISABLE"] = "1"
+    if args.tcp:  # as horovodrun: NCCL's sockets, not InfiniBand
+        env["NCCL_IB_DISABLE"] = "1"
     if env:  # tutti-info and the info log name these as set by tuttirun
         env["TUTTI_LAUNCHER_SETTINGS"] = ",".join(sorted(env))
     for item in args.export:
@@ -237,6 +268,10 @@ def settings_env(args):
     return env
 
 
+def forwarder(args):
+    return OutputForwarder(args.output_filename, timestamp=args.prefix_output_with_timestamp)
+
+
 def run_mpi(args, host_list, env):
     env = dict(env, TUTTI_CPU_OPERATIONS="mpi")
     remote = bool(host_list) and not all(hostlib.is_local(h) for h, _ in host_list)
@@ -252,7 +287,7 @@ def run_mpi(args, host_list, env):
         print("tuttirun: " + " ".join(shlex.quote(a) for a in argv), flush=True)
     if args.dry_run:
         return 0
-    return run_mpirun(argv)
+    return run_mpirun(argv, timestamp=args.prefix_output_with_timestamp)
 
 
 def run_gloo(args, host_list, env):
@@ -275,7 +310,7 @@ def run_gloo(args, host_list, env):
     # Bound and listening now; its threads start after the workers (see spawn.py).
     server = RendezvousServer(bytes.fromhex(secret), host=address)
     env["TUTTI_RENDEZVOUS_PORT"] = str(server.port)
-    job = Job(OutputForwarder(args.output_filename))
+    job = Job(forwarder(args))
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, job.on_signal)
     try:
@@ -340,14 +375,50 @@ def run_gloo_elastic(args, host_list, env):
     env = dict(env, TUTTI_CPU_OPERATIONS="gloo", TUTTI_RENDEZVOUS_ADDR=address,
                TUTTI_RENDEZVOUS_PORT=str(server.port))
     try:
-        return run_elastic(args, env, secret, server, OutputForwarder(args.output_filename))
+        return run_elastic(args, env, secret, server, forwarder(args))
     except ElasticError as e:
         server.stop()
         fail(str(e), 1)
 
 
+# Settings that must not be negative, as horovodrun checks them (flag or config file).
+NON_NEGATIVE = ["fusion_threshold_mb", "cycle_time_ms", "cache_capacity",
+                "autotune_warmup_samples", "autotune_steps_per_sample",
+                "autotune_bayes_opt_max_samples", "stall_check_warning_time_seconds",
+                "stall_check_shutdown_time_seconds", "num_nccl_streams", "thread_affinity",
+                "gloo_timeout_seconds"]
+
+
+def read_config_file(args):
+    """--config-file: the file's settings where the command line gave none."""
+    given = {attr for attr, value in vars(args).items() if value is not None}
+    try:
+        data = config_file.load(args.config_file)
+        warnings = config_file.apply(args, data, args.config_file, given)
+    except config_file.ConfigFileError as e:
+        fail("--config-file " + str(e))
+    for warning in warnings:
+        print("tuttirun: warning: --config-file " + warning, file=sys.stderr, flush=True)
+
+
+def check_settings(args):
+    for attr in NON_NEGATIVE:
+        value = getattr(args, attr)
+        if value is not None and value < 0:
+            fail("--%s %s: expected a value >= 0" % (attr.replace("_", "-"), value))
+    noise = args.autotune_gaussian_process_noise
+    if noise is not None and not 0 <= noise <= 1:
+        fail("--autotune-gaussian-process-noise %s: expected a value in [0, 1]" % noise)
+
+
 def main(argv=None, lib_dir=None):
     args = make_parser().parse_args(argv)
+    if args.config_file:
+        read_config_file(args)
+    check_settings(args)
+    print_notices(args)
+    if args.jsrun:
+        args.mpi = True
     lib_dir = lib_dir or os.path.dirname(os.path.abspath(__file__))
     if args.version:
         print("tuttirun (Tutti) %s" % build_info(lib_dir).get("version", "unknown"))

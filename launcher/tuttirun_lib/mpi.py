@@ -105,8 +105,9 @@ class _AbortWatch:
         return False
 
 
-def run_mpirun(argv, grace=ABORT_GRACE_SECONDS):
-    """Runs mpirun in a session of its own, forwarding its output; returns tuttirun's code."""
+def run_mpirun(argv, grace=ABORT_GRACE_SECONDS, timestamp=False):
+    """Runs mpirun in a session of its own, forwarding its output (each line after the local
+    time with `timestamp`); returns tuttirun's code."""
     try:
         # A terminal's Ctrl-C reaches tuttirun only, which forwards it once (mpirun given
         # SIGINT twice exits at once and may leave ranks behind). It dies with tuttirun
@@ -127,7 +128,7 @@ def run_mpirun(argv, grace=ABORT_GRACE_SECONDS):
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, forward)
     watch = _AbortWatch()
-    forwarder = OutputForwarder(prefix=False)
+    forwarder = OutputForwarder(prefix=False, timestamp=timestamp)
     forwarder.attach(0, "stdout", proc.stdout, watch)
     forwarder.attach(0, "stderr", proc.stderr, watch)
     code = None

@@ -38,12 +38,15 @@ def _die_with_parent():
 
 class OutputForwarder:
     """Forwards whole lines from workers' pipes, prefixed "[rank]<stdout>:", under one lock
-    so lines never interleave; optionally also writes DIR/rank.N/{stdout,stderr}."""
+    so lines never interleave; optionally also writes DIR/rank.N/{stdout,stderr}. With
+    `timestamp` (--prefix-output-with-timestamp) each forwarded line starts with the local
+    time as horovodrun writes it: "Wed Dec  2 01:40:00 2026[0]<stdout>:..."."""
 
-    def __init__(self, output_dir=None, prefix=True):
+    def __init__(self, output_dir=None, prefix=True, timestamp=False):
         self.lock = threading.Lock()
         self.output_dir = output_dir
         self.prefix = prefix
+        self.timestamp = timestamp
         self.threads = []
 
     def attach(self, rank, name, pipe, watch=None):
@@ -67,8 +70,11 @@ class OutputForwarder:
                     continue
                 if not line.endswith(b"\n"):
                     line += b"\n"
+                head = tag if self.prefix else b""
+                if self.timestamp:
+                    head = time.asctime().encode() + head
                 with self.lock:
-                    target.write(tag + line if self.prefix else line)
+                    target.write(head + line)
                     target.flush()
                 if sink:
                     sink.write(line)

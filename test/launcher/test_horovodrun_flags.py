@@ -1,6 +1,6 @@
-"""tuttirun takes horovodrun's command line: every flag of horovodrun 0.28.1 is either
-tuttirun's too, accepted as asking for nothing new, or refused as "not supported yet" with a
-pointer (never argparse's "unrecognized arguments"); docs/launcher.md lists them all. Also:
+"""tuttirun takes horovodrun's command line: every flag of horovodrun 0.28.1 either works or
+is accepted with one line saying what Tutti does instead (never argparse's "unrecognized
+arguments", never a stop); docs/launcher.md lists them all. Also:
 the MPI command line for --mpi-args, --tcp, --binding-args and network interfaces, and an
 unresolvable host named in the error."""
 import os
@@ -17,7 +17,7 @@ WORKER = os.path.join(HERE, "worker.py")
 FAKE_SSH_DIR = os.path.join(HERE, "fake_ssh")
 DOCS = os.path.join(HERE, "..", "..", "docs", "launcher.md")
 
-# horovodrun 0.28.1's flags (horovod/runner/launch.py), short and long forms.
+# horovodrun 0.28.1's flags (horovod/runner/launch.py): all 71 spellings, short and long.
 HOROVODRUN_FLAGS = """
 -v --version -np --num-proc -cb --check-build --disable-cache --start-timeout
 --network-interfaces --network-interface --output-filename --verbose --config-file
@@ -32,12 +32,10 @@ HOROVODRUN_FLAGS = """
 --stall-check-shutdown-time-seconds --mpi-threads-disable --no-mpi-threads-disable
 --mpi-args --tcp --binding-args --num-nccl-streams --thread-affinity --gloo-timeout-seconds
 --log-level --log-with-timestamp --log-without-timestamp -prefix-timestamp
---prefix-output-with-timestamp -H --hosts -hostfile --hostfile --host-discovery-script
---gloo --mpi --jsrun
+--prefix-output-with-timestamp --log-hide-timestamp --no-log-hide-timestamp
+-H --hosts -hostfile --hostfile --host-discovery-script --gloo --mpi --jsrun
 """.split()
-# Built by another change this session (issue 14): the table points there meanwhile.
-ISSUE_14_FLAGS = {f for f in HOROVODRUN_FLAGS if f.startswith("--autotune") or
-                  f in ("--no-autotune", "--timeline-mark-cycles", "--no-timeline-mark-cycles")}
+ASCTIME = r"\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4}"  # time.asctime(), as horovodrun
 
 
 def dry_env(r):
@@ -55,10 +53,10 @@ class HorovodrunFlagsTest(unittest.TestCase):
         known = set(cli.make_parser()._option_string_actions)
         with open(DOCS) as f:
             docs = f.read()
+        self.assertEqual(len(set(HOROVODRUN_FLAGS)), 71)
         for flag in HOROVODRUN_FLAGS:
             with self.subTest(flag=flag):
-                if flag not in ISSUE_14_FLAGS:
-                    self.assertIn(flag, known)
+                self.assertIn(flag, known)
                 self.assertTrue(re.search(r"`%s[` ]" % re.escape(flag), docs),
                                 "%s is not in docs/launcher.md" % flag)
 
@@ -118,26 +116,80 @@ class HorovodrunFlagsTest(unittest.TestCase):
         self.assertIn("invalid choice", r.stderr)
 
     def test_flags_asking_for_nothing_new_are_accepted(self):
-        for flag, _why in compat.ACCEPTED:
-            with self.subTest(flag=flag[0]):
-                r = run(["-np", "1", "--dry-run"] + flag[:1] + ["true"])
+        for flags, _dest in compat.OPPOSITES:
+            with self.subTest(flag=flags[0]):
+                r = run(["-np", "1", "--dry-run"] + flags + ["true"])
                 self.assertEqual(r.returncode, 0, r.stderr)
+                self.assertEqual(r.stderr, "")
+        r = run(["-np", "1", "--torus-allreduce", "--no-torus-allreduce", "true"])
+        self.assertEqual(r.returncode, 2)  # as horovodrun: one or the other
+        self.assertIn("not allowed with argument", r.stderr)
         r = run(["-np", "1", "--dry-run", "--stall-check", "--tcp", "true"])
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertNotIn("TUTTI_STALL_CHECK_DISABLE", r.stdout)
+        self.assertEqual(dry_env(r)["NCCL_IB_DISABLE"], "1")  # --tcp: NCCL too, as horovodrun
         r = run(["-np", "1", "--dry-run", "--mpi-args=--map-by node", "true"])
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("--mpi-args applies to --mpi only; ignored", r.stderr)
 
-    def test_flags_of_work_not_built_say_so(self):
-        for flags, nargs, what, where in compat.NOT_YET:
-            for flag in flags:
-                with self.subTest(flag=flag):
-                    r = run(["-np", "2", flag] + ["1"] * nargs + ["true"])
-                    self.assertEqual(r.returncode, 2, r.stderr)
-                    self.assertIn("%s: %s is not supported yet (see %s" % (flag, what, where),
-                                  r.stderr)
-                    self.assertNotIn("unrecognized", r.stderr)
+    def test_ignored_flags_say_in_one_line_what_tutti_does_instead(self):
+        for flags, _dest, kind, what in compat.IGNORED:
+            with self.subTest(flag=flags[0]):
+                value = {None: [], int: ["3"], float: ["0.5"]}[kind]
+                r = run(["-np", "2", "--dry-run"] + flags + value + ["true"])
+                self.assertEqual(r.returncode, 0, r.stderr)
+                self.assertEqual(r.stderr, "tuttirun: note: %s: %s\n" % (
+                    " ".join(flags + value), what))
+                self.assertNotRegex(r.stderr, r"(?i)issue|not supported")
+        r = run(["-np", "2", "--num-nccl-streams", "two", "true"])
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("--num-nccl-streams: invalid int value: 'two'", r.stderr)
+        r = run(["-np", "2", "--autotune-gaussian-process-noise", "1.5", "true"])
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("--autotune-gaussian-process-noise 1.5: expected a value in [0, 1]",
+                      r.stderr)
+        r = run(["-np", "2", "--jsrun", "--dry-run", "prog"])  # runs as --mpi
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("tuttirun: note: --jsrun: %s\n" % compat.JSRUN_NOTICE, r.stderr)
+        self.assertEqual(mpirun_argv(r)[0], "mpirun")
+        r = run(["-np", "2", "--jsrun", "--gloo", "true"])
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("not allowed with argument", r.stderr)
+
+    def test_autotune_timeline_and_log_flags_set_their_variables(self):
+        cases = [
+            (["--autotune"], "TUTTI_AUTOTUNE", "1"),
+            (["--no-autotune"], "TUTTI_AUTOTUNE", "0"),
+            (["--autotune-warmup-samples", "7"], "TUTTI_AUTOTUNE_WARMUP_WINDOWS", "7"),
+            (["--timeline-mark-cycles"], "TUTTI_TIMELINE_MARK_CYCLES", "1"),
+            (["--no-timeline-mark-cycles"], "TUTTI_TIMELINE_MARK_CYCLES", "0"),
+            (["--log-with-timestamp"], "TUTTI_LOG_HIDE_TIME", "0"),
+            (["--no-log-hide-timestamp"], "TUTTI_LOG_HIDE_TIME", "0"),
+            (["--log-without-timestamp"], "TUTTI_LOG_HIDE_TIME", "1"),
+            (["--log-hide-timestamp"], "TUTTI_LOG_HIDE_TIME", "1"),
+        ]
+        for flags, var, value in cases:
+            with self.subTest(flags=flags):
+                r = run(["-np", "1", "--dry-run"] + flags + ["true"])
+                self.assertEqual(r.returncode, 0, r.stderr)
+                self.assertEqual(dry_env(r)[var], value)
+                self.assertIn(var, dry_env(r)["TUTTI_LAUNCHER_SETTINGS"].split(","))
+        r = run(["-np", "1", "--dry-run", "true"])
+        self.assertNotIn("TUTTI_LOG_HIDE_TIME", r.stdout)  # the library's default
+        r = run(["-np", "1", "--log-with-timestamp", "--log-without-timestamp", "true"])
+        self.assertEqual(r.returncode, 2)
+
+    def test_prefix_output_with_timestamp(self):
+        for flag in ("-prefix-timestamp", "--prefix-output-with-timestamp"):
+            with self.subTest(flag=flag):
+                r = run(["-np", "2", flag, PYTHON, "-c",
+                         "import sys; print('out'); print('err', file=sys.stderr)"])
+                self.assertEqual(r.returncode, 0, r.stderr)
+                for rank in (0, 1):
+                    self.assertRegex(r.stdout, r"(?m)^%s\[%d\]<stdout>:out$" % (ASCTIME, rank))
+                    self.assertRegex(r.stderr, r"(?m)^%s\[%d\]<stderr>:err$" % (ASCTIME, rank))
+        r = run(["-np", "1", PYTHON, "-c", "print('out')"])
+        self.assertEqual(r.stdout, "[0]<stdout>:out\n")
 
     def test_mpi_command_line(self):
         r = run(["--mpi", "--dry-run", "-np", "4", "-H", "a:2,b:2", "--tcp",
