@@ -9,7 +9,7 @@ written into this repository. The file runs whole (one pytest session per rank) 
 launcher and size asked for, with a wall-clock deadline; the per-rank outcomes are merged
 (a test passed when it passed on every rank, failed when it failed on any) and printed.
 
-    scripts/horovod_compat.py --build build --python /opt/devvenv/bin/python
+    scripts/horovod_compat.py --build build --python .venv-torch/bin/python
     scripts/horovod_compat.py --launchers tuttirun --sizes 3 -k allgather
 
 Exit status: 0 when no test failed anywhere, 1 otherwise, 2 on a deadline. The launcher's
@@ -219,14 +219,14 @@ def merge(per_rank):
     return merged
 
 
-def main():
+def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--horovod-repo", default="/work/.mirror/horovod+horovod/repo",
                         help="Horovod git checkout or bare repository")
     parser.add_argument("--ref", default="v0.28.1", help="Horovod tag or commit")
     parser.add_argument("--build", default="build", help="Tutti build directory")
-    parser.add_argument("--python", default="/opt/devvenv/bin/python",
-                        help="interpreter with torch and pytest")
+    parser.add_argument("--python", default=sys.executable,
+                        help="interpreter with torch and pytest (default: this one)")
     parser.add_argument("--launchers", default="mpirun,tuttirun")
     parser.add_argument("--sizes", default="2,3")
     parser.add_argument("--deadline", type=float, default=1200,
@@ -237,7 +237,11 @@ def main():
     parser.add_argument("-k", dest="keyword", help="pytest -k expression (a subset)")
     parser.add_argument("--show-skipped", action="store_true",
                         help="also list the skipped tests with their reasons")
-    args = parser.parse_args()
+    return parser.parse_args(argv)
+
+
+def main():
+    args = parse_args()
     pytest_args = ["-k", args.keyword] if args.keyword else []
 
     status = 0
