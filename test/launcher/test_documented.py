@@ -171,7 +171,7 @@ class DocumentedCommandsTest(unittest.TestCase):
                     text = text[2:]
                 if not text.startswith(program + " "):
                     continue
-                text = text.split(" # ")[0].split(" #")[0]
+                text = text.split(" # ")[0].split(" #")[0].rstrip()
                 where = "%s:%d: %s" % (os.path.relpath(path, ROOT), number, text)
                 if "$(" in text or "..." in text or "[" in text:
                     continue  # a template (shell substitution, placeholders), not a command
@@ -213,17 +213,25 @@ class DocumentedCommandsTest(unittest.TestCase):
         spec = importlib.util.spec_from_file_location("horovod_compat", COMPAT)
         compat = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(compat)
-        for where, argv in commands:
-            with self.subTest(where):
-                try:
-                    args = compat.parse_args(argv)
-                except SystemExit:
-                    self.fail("%s: horovod_compat.py refuses these arguments" % where)
-                python = os.path.join(ROOT, args.python)
-                if args.python.startswith(".venv") and not os.path.exists(python):
-                    continue  # scripts/setup.sh makes .venv-torch
-                self.assertTrue(os.access(python, os.X_OK),
-                                "%s: --python %s does not exist" % (where, args.python))
+        here = os.getcwd()
+        os.chdir(ROOT)  # the documented commands run from the repository's root
+        try:
+            for where, argv in commands:
+                with self.subTest(where):
+                    try:
+                        args = compat.parse_args(argv)
+                    except SystemExit:
+                        self.fail("%s: horovod_compat.py refuses these arguments" % where)
+                    # The ranks start in a temporary directory: a relative --python would
+                    # name nothing there.
+                    self.assertTrue(os.path.isabs(args.python), "%s: --python %s" % (
+                        where, args.python))
+                    if ".venv-torch" in args.python and not os.path.exists(args.python):
+                        continue  # scripts/setup.sh makes .venv-torch
+                    self.assertTrue(os.access(args.python, os.X_OK),
+                                    "%s: --python %s does not exist" % (where, args.python))
+        finally:
+            os.chdir(here)
 
 
 if __name__ == "__main__":
