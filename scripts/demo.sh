@@ -27,4 +27,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 if /usr/bin/python3 -c "import tutti.torch" 2>/dev/null; then
   echo "== PyTorch: 2 ranks, import tutti.torch as hvd"
   "$PREFIX/bin/tuttirun" -np 2 --gloo /usr/bin/python3 examples/torch_mnist_synthetic.py
+else
+  echo "== PyTorch example skipped: /usr/bin/python3 cannot import tutti.torch" \
+       "(no python3-torch, or PREFIX=$PREFIX is not on its path; docs/install.md)"
 fi

@@ -9,11 +9,11 @@ written into this repository. The file runs whole (one pytest session per rank) 
 launcher and size asked for, with a wall-clock deadline; the per-rank outcomes are merged
 (a test passed when it passed on every rank, failed when it failed on any) and printed.
 
-    scripts/horovod_compat.py --build build --python /opt/devvenv/bin/python
-    scripts/horovod_compat.py --launchers tuttirun --sizes 3 -k allgather
+    scripts/horovod_compat.py --build build --python .venv-torch/bin/python
+    scripts/horovod_compat.py --python /usr/bin/python3 --launchers tuttirun --sizes 3 -k allgather
 
-Exit status: 0 when no test failed anywhere, 1 otherwise, 2 on a deadline. The launcher's
-own exit status is shown but not judged: a rank exits 0 once its outcomes are saved.
+Exit status: 0 when tests ran and none failed anywhere, 1 otherwise, 2 on a deadline. The
+launcher's own exit status is shown but not judged: a rank exits 0 once its outcomes are saved.
 """
 import argparse
 import json
@@ -157,8 +157,16 @@ def launch_argv(launcher, np, build, python, pytest_args):
 
 def package_dir(build, python):
     """The build's tutti.torch for this interpreter's torch: build/python-torch<major>."""
-    major = subprocess.run([python, "-c", "import torch; print(torch.__version__.split('.')[0])"],
-                           capture_output=True, text=True, check=True).stdout.strip()
+    try:
+        probe = subprocess.run(
+            [python, "-c", "import torch; print(torch.__version__.split('.')[0])"],
+            capture_output=True, text=True, timeout=120)
+    except OSError as e:
+        sys.exit("horovod_compat: --python %s: %s" % (python, e))
+    if probe.returncode != 0:
+        sys.exit("horovod_compat: --python %s cannot import torch: %s" % (
+            python, (probe.stderr.strip().splitlines() or ["?"])[-1]))
+    major = probe.stdout.strip()
     path = os.path.join(os.path.abspath(build), "python-torch" + major)
     if not os.path.isdir(path):
         sys.exit("horovod_compat: %s has no tutti.torch for torch %s.x (%s is missing)" %
@@ -219,14 +227,14 @@ def merge(per_rank):
     return merged
 
 
-def main():
+def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--horovod-repo", default="/work/.mirror/horovod+horovod/repo",
                         help="Horovod git checkout or bare repository")
     parser.add_argument("--ref", default="v0.28.1", help="Horovod tag or commit")
     parser.add_argument("--build", default="build", help="Tutti build directory")
-    parser.add_argument("--python", default="/opt/devvenv/bin/python",
-                        help="interpreter with torch and pytest")
+    parser.add_argument("--python", default=sys.executable,
+                        help="interpreter with torch and pytest (default: this one)")
     parser.add_argument("--launchers", default="mpirun,tuttirun")
     parser.add_argument("--sizes", default="2,3")
     parser.add_argument("--deadline", type=float, default=1200,
@@ -237,7 +245,15 @@ def main():
     parser.add_argument("-k", dest="keyword", help="pytest -k expression (a subset)")
     parser.add_argument("--show-skipped", action="store_true",
                         help="also list the skipped tests with their reasons")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    # The ranks run in a temporary directory: a relative path must name the same file there.
+    if os.sep in args.python:
+        args.python = os.path.abspath(args.python)
+    return args
+
+
+def main():
+    args = parse_args()
     pytest_args = ["-k", args.keyword] if args.keyword else []
 
     status = 0
@@ -258,6 +274,9 @@ def main():
             if rc is None:
                 status = 2
             elif counts["failed"]:
+                status = max(status, 1)
+            elif not merged:  # nothing ran (a rank could not start): not a pass
+                print("    no test reported a result: see the log", flush=True)
                 status = max(status, 1)
     return status
 

@@ -21,7 +21,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: tutti-info [--env-markdown]\n");
     return 2;
   }
-  std::printf("Tutti %d.%d\nbackends built:", TUTTI_VERSION_MAJOR, TUTTI_VERSION_MINOR);
+  std::printf("Tutti %s\nbackends built:", TUTTI_VERSION_STRING);
   for (const auto& name : tutti::builtBackends()) std::printf(" %s", name.c_str());
   std::printf("\n");
   try {

@@ -1,4 +1,4 @@
-// Input hardening across real processes (issue 9, defect 6): sizes that overflow, through the
+// Input hardening across real processes: sizes that overflow, through the
 // C and C++ APIs, alone and next to valid ops that would fuse with them; sizes that overflow
 // only once other ranks' rows are added; struct_size, nsplits, the dimension limit and huge
 // names. Every refusal is TUTTI_ERR_INVALID_ARGUMENT naming the tensor, and the job goes on.

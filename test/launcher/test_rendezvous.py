@@ -1,6 +1,6 @@
 """The rendezvous server: authenticated SET/GET/WAIT/ADD, and refusal of wrong secrets,
 replays, malformed, truncated and oversized requests without crashing or hanging, while
-good clients keep being served; the attacks of issue 10 (unauthenticated headers claiming
+good clients keep being served; attacks without the secret (unauthenticated headers claiming
 large bodies, thousands of idle connections) do not keep ranks from meeting, nor does a full
 server (clients retry BUSY)."""
 import os
@@ -203,7 +203,7 @@ AUTH_DRIVER = os.environ.get("GLOO_FAILURE_TEST", "")
 
 
 class AttackTest(unittest.TestCase):
-    """Issue 10, defect 5: without the secret nobody may hold the server's memory or slots;
+    """Without the secret nobody may hold the server's memory or slots;
     ranks still meet, and a full server makes clients wait (BUSY), not fail."""
 
     def setUp(self):

@@ -2,7 +2,7 @@
 // secret, and the in-process rendezvous server (protocol 2) against the real C++ client,
 // tuttirun's Python client and raw sockets: the proof of the secret (right, wrong, late),
 // bad MAC, replay, oversized, malformed, BUSY (slots and bytes in flight) with the client's
-// retries, and the attacks of issue 10, defect 5.
+// retries, and peers without the secret trying to exhaust its memory and slots.
 #include "backends/gloo/rendezvous_client.h"
 #include "backends/gloo/rendezvous_server.h"
 #include "backends/gloo/rendezvous_wire.h"
@@ -373,7 +373,7 @@ TEST_CASE("a request past the bytes in flight is answered BUSY and sent again") 
   CHECK(server.busy() >= 2);
 }
 
-TEST_CASE("issue 10, defect 5: peers without the secret hold no memory or slots") {
+TEST_CASE("peers without the secret hold no memory or slots") {
   SECTION("headers claiming 64 MiB bodies are refused at once and reserve nothing") {
     auto options = quick();
     options.auth_seconds = 10;

@@ -1,4 +1,4 @@
-// Input hardening (issue 9, defect 6) without threads: checked arithmetic, the size limit,
+// Input hardening without threads: checked arithmetic, the size limit,
 // every local check at submit, counts from other ranks at the coordinator, fusion of sizes
 // that do not fit, and response lists whose counts the executor could not use.
 #include "core/coordinator.h"
