@@ -7,7 +7,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-CMAKE_ARGS="-DTUTTI_TEST_PACKAGING=ON ${CMAKE_ARGS:-}" bash scripts/build.sh
+# Line tables only (TUTTI_DEBUG_INFO=lines): backtraces keep file:line, the build takes ~40% less.
+CMAKE_ARGS="-DTUTTI_TEST_PACKAGING=ON -DTUTTI_DEBUG_INFO=lines ${CMAKE_ARGS:-}" bash scripts/build.sh
 # Sanitizers: ASan+UBSan build of the unit, integration and fuzz tests, TSan build of the unit
 # tests (docs/testing.md). TUTTI_SANITIZE=0 leaves the stage out. Their trees build while the
 # regular suite runs, at the lowest priority: the compiler gets the CPU time the tests leave
