@@ -64,10 +64,18 @@ class Sweep {
   }
 
   int64_t run() {
+    // The header names the backend that moves the first size (one untimed op).
+    const std::vector<int64_t> sizes = sweepSizes(o_);
+    g_ = geometry(o_.workload, sizes.front(), ts_, n_);
+    const std::string op = workloadName(o_.workload);
+    auto before = r_.opCalls(op);
+    tuttiOp(o_.workload == Workload::kBroadcast);
+    report_.setBackend(r_.movedBy(op, before));
     report_.beginSweep(r_.baseline() != nullptr);
     int64_t total_wrong = 0;
-    for (int64_t size : sweepSizes(o_)) {
+    for (int64_t size : sizes) {
       g_ = geometry(o_.workload, size, ts_, n_);
+      before = r_.opCalls(op);
       SweepRow row;
       row.bytes = g_.bytes;
       row.count = g_.param_count;
@@ -81,6 +89,7 @@ class Sweep {
           o_.workload == Workload::kAllreduce || o_.workload == Workload::kBroadcast;
       measure(false, &row.out_of_place);
       measure(true, &row.in_place);
+      row.backend = r_.movedBy(op, before);
       combine(&row);
       total_wrong += std::max<int64_t>(0, row.out_of_place.wrong) +
                      std::max<int64_t>(0, row.in_place.wrong) +

@@ -10,6 +10,8 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -21,6 +23,30 @@ namespace {
 Options parse(std::vector<const char*> args) {
   args.insert(args.begin(), "tutti-bench");
   return parseOptions(static_cast<int>(args.size()), args.data());
+}
+
+std::vector<std::string> words(const std::string& line) {
+  std::istringstream in(line);
+  std::vector<std::string> out;
+  for (std::string w; in >> w;) out.push_back(w);
+  return out;
+}
+
+// What the report printed, split in lines.
+std::vector<std::string> printed(FILE* f) {
+  std::fflush(f);
+  std::rewind(f);
+  std::vector<std::string> lines;
+  std::string line;
+  for (int c; (c = std::fgetc(f)) != EOF;) {
+    if (c == '\n') {
+      lines.push_back(line);
+      line.clear();
+    } else {
+      line += static_cast<char>(c);
+    }
+  }
+  return lines;
 }
 
 }  // namespace
@@ -36,11 +62,13 @@ TEST_CASE("parseSize reads nccl-tests' suffixes as powers of 1024") {
   CHECK(parseSize("2GiB", "-e") == 2ll << 30);
   CHECK(parseSize("64KB", "-e") == 64 << 10);
   CHECK(parseSize("12b", "-e") == 12);
+  CHECK(parseSize("1.5M", "-e") == 3ll << 19);  // nccl-tests reads a double
+  CHECK(parseSize("0.5K", "-e") == 512);
   CHECK(parseSize("8589934591G", "-e") == 8589934591ll << 30);  // largest that fits
 }
 
 TEST_CASE("parseSize rejects junk with the flag and the text in the message") {
-  for (const char* bad : {"", "K", "-1", "1T", "1KK", "1.5M", " 1", "1 ", "0x10", "8589934592G",
+  for (const char* bad : {"", "K", "-1", "1T", "1KK", "1.5.1M", ".5M", " 1", "1 ", "0x10", "8589934592G",
                           "99999999999999999999"}) {
     INFO("text '" << bad << "'");
     try {
@@ -82,6 +110,10 @@ TEST_CASE("parseOptions: nccl-tests' defaults and flags") {
   CHECK(o.max_bytes == 32ll << 20);
   CHECK(o.iters == 20);
   CHECK(o.warmup_iters == 5);
+  CHECK(o.step_factor == 1.0);  // nccl-tests': -i's 1M is added each step
+  CHECK(o.step_bytes == 1 << 20);
+  CHECK(o.run_cycles == 1);
+  CHECK(o.notices.empty());
   CHECK(o.check);
   CHECK(o.combine == TimeCombine::kAverage);
   CHECK_FALSE(o.baseline);
@@ -128,24 +160,98 @@ TEST_CASE("parseOptions rejects what nccl-tests would not run") {
   CHECK_THROWS_AS(parse({"allreduce", "-b", "1M", "-e", "1K"}), Error);
   CHECK_THROWS_AS(parse({"allreduce", "-n", "0"}), Error);
   CHECK_THROWS_AS(parse({"allreduce", "-a", "4"}), Error);
-  CHECK_THROWS_AS(parse({"allreduce", "-f", "1"}), Error);
-  CHECK_THROWS_AS(parse({"allreduce", "-i", "0"}), Error);
+  CHECK_THROWS_AS(parse({"allreduce", "-f", "-2"}), Error);
+  CHECK_THROWS_AS(parse({"allreduce", "-b", "1K", "-e", "2K", "-i", "0"}), Error);  // no step
+  CHECK_THROWS_AS(parse({"allreduce", "-b", "0", "-e", "1G", "-i", "1"}), Error);   // 2^30 sizes
   CHECK_THROWS_AS(parse({"allreduce", "-n"}), Error);                 // missing value
   CHECK_THROWS_AS(parse({"allreduce", "--bogus", "1"}), Error);
   CHECK_THROWS_AS(parse({"fusion", "--tensors", "8"}), Error);        // needs --tensor-bytes
   CHECK(parse({"allreduce", "-h"}).help);
 }
 
+TEST_CASE("nccl-tests' spellings: -b8, --minbytes=8, unique prefixes, the workload anywhere") {
+  Options o = parse({"-b8", "--maxbytes=1M", "allreduce", "--stepf", "4", "--iters=3", "-w0",
+                     "--datatype=half", "--op", "max", "--check=0", "-a2", "--warmup=2"});
+  CHECK(o.workload == Workload::kAllreduce);
+  CHECK(o.min_bytes == 8);
+  CHECK(o.max_bytes == 1 << 20);
+  CHECK(o.step_factor == 4.0);
+  CHECK(o.iters == 3);
+  CHECK(o.warmup_iters == 2);
+  CHECK(o.dtype == DataType::kFloat16);
+  CHECK(o.op == ReduceOp::kMax);
+  CHECK_FALSE(o.check);
+  CHECK(o.combine == TimeCombine::kMin);
+  CHECK(parse({"all_gather_perf", "--minbytes", "1K"}).workload == Workload::kAllgather);
+  CHECK(parse({"reduce_scatter_perf"}).workload == Workload::kReducescatter);
+  CHECK(parse({"broadcast", "--root=1", "--json=out.json"}).json_path == "out.json");
+  CHECK(parse({"allreduce", "--baseline-backend=mpi"}).baseline_backend == "mpi");
+  CHECK(parse({"allreduce", "--help"}).help);
+  for (std::vector<const char*> bad :
+       {std::vector<const char*>{"allreduce", "--m=8"},        // minbytes or maxbytes?
+        std::vector<const char*>{"allreduce", "--baseline=1"}, // takes no value
+        std::vector<const char*>{"allreduce", "-q", "1"},
+        std::vector<const char*>{"allreduce", "--minbytes="},  // empty size
+        std::vector<const char*>{"allreduce", "-b"}}) {
+    INFO(bad.back());
+    CHECK_THROWS_AS(parse(bad), Error);
+  }
+}
+
+TEST_CASE("nccl-tests' step rule: -f > 1 multiplies whatever -i says, else -i (1M) adds") {
+  // No -f: nccl-tests adds its default -i of 1M.
+  CHECK(sweepSizes(parse({"allreduce", "-b", "1M", "-e", "3M"})) ==
+        std::vector<int64_t>{1 << 20, 2 << 20, 3 << 20});
+  // -f 2 wins over -i, in either order.
+  for (auto args : {std::vector<const char*>{"allreduce", "-b", "1K", "-e", "8K", "-f", "2", "-i", "1M"},
+                    std::vector<const char*>{"allreduce", "-b", "1K", "-e", "8K", "-i", "1M", "-f", "2"}}) {
+    CHECK(sweepSizes(parse(args)) == std::vector<int64_t>{1024, 2048, 4096, 8192});
+  }
+  // -f 1 (or 0): steps of -i.
+  CHECK(sweepSizes(parse({"allreduce", "-b", "0", "-e", "1K", "-f", "1", "-i", "512"})) ==
+        std::vector<int64_t>{0, 512, 1024});
+}
+
+TEST_CASE("nccl-tests' GPU and thread flags: accepted, announced unless nccl-tests' default") {
+  Options o = parse({"allreduce", "-g", "8", "-t", "1", "-m", "4", "-p", "1", "-z", "0",
+                     "-G", "10", "-y", "0", "--blocking=2", "-N", "3", "-C", "1", "-T", "60",
+                     "-R", "1", "-x", "0", "-D", "0", "-V", "16", "-M", "1", "-u", "0", "-I",
+                     "1", "-K", "0", "-S", "1", "-J", "run.json"});
+  CHECK(o.run_cycles == 3);
+  CHECK(o.report_cputime);
+  CHECK(o.timeout_seconds == 60);
+  CHECK(o.json_path == "run.json");
+  std::string all;
+  for (const std::string& n : o.notices) all += n + "\n";
+  INFO(all);
+  for (const char* flag : {"-g 8:", "-m 4:", "-p 1:", "-z 0:", "-G 10:", "-R 1:", "-x 0:",
+                           "-M 1:", "-I 1:", "-S 1:", "-J run.json:"}) {
+    CHECK(all.find(std::string("# tutti-bench: ") + flag) != std::string::npos);
+  }
+  for (const char* flag : {"-t ", "-y ", "--blocking", "-D ", "-V ", "-u ", "-K ", "-N ", "-C ",
+                           "-T "}) {
+    CHECK(all.find(std::string("# tutti-bench: ") + flag) == std::string::npos);
+  }
+  CHECK(o.notices.size() == 11);
+  CHECK(parse({"allreduce", "-N", "0"}).run_cycles == 1);  // "forever" is announced, not run
+  CHECK_THROWS_AS(parse({"allreduce", "-g", "x"}), Error);
+  CHECK_THROWS_AS(parse({"allreduce", "-t", "0"}), Error);
+  CHECK_THROWS_AS(parse({"allreduce", "-z", "4"}), Error);
+  CHECK_THROWS_AS(parse({"allreduce", "-C", "2"}), Error);
+}
+
 TEST_CASE("sweepSizes steps like nccl-tests") {
   Options o;
+  o.step_factor = 2;
   o.min_bytes = 8;
   o.max_bytes = 128;
   CHECK(sweepSizes(o) == std::vector<int64_t>{8, 16, 32, 64, 128});
   o.max_bytes = 100;  // the last size never exceeds -e
   CHECK(sweepSizes(o) == std::vector<int64_t>{8, 16, 32, 64});
+  o.step_factor = 1;
   o.step_bytes = 40;
   CHECK(sweepSizes(o) == std::vector<int64_t>{8, 48, 88});
-  o.step_bytes = 0;
+  o.step_factor = 2;
   o.min_bytes = 0;
   o.max_bytes = 4;
   CHECK(sweepSizes(o) == std::vector<int64_t>{0, 1, 2, 4});
@@ -308,4 +414,94 @@ TEST_CASE("the report's JSON holds the rows and metadata") {
   CHECK(js.find("\"ranks\": 2") != std::string::npos);
   CHECK(js.find("\\\"quoted\\\"") != std::string::npos);
   CHECK(js.find("\"date\": \"20") != std::string::npos);
+}
+
+TEST_CASE("the table: nccl-tests' columns at their places, --baseline's after them") {
+  for (bool baseline : {false, true}) {
+    for (bool cputime : {false, true}) {
+      INFO("baseline " << baseline << " cputime " << cputime);
+      Metadata meta;
+      meta.workload = "allreduce";
+      meta.transport = "gloo";
+      meta.backend = "shm";
+      meta.ranks = 2;
+      meta.cputime = cputime;
+      FILE* f = std::tmpfile();
+      REQUIRE(f != nullptr);
+      Report report(meta, f);
+      report.beginSweep(baseline);
+      SweepRow row;
+      row.bytes = 1024;
+      row.count = 256;
+      row.type = "float";
+      row.redop = "sum";
+      row.backend = "shm";
+      row.out_of_place = {true, 10.0, 0.1024, 0.1024, 0, true, 5.0, 0.2048, 0};
+      row.in_place = {true, 123456.0, 0.0512, 0.0512, 3, true, 40.0, 0.0256, 0};
+      report.addSweepRow(row);
+      report.finish(0);
+      const std::vector<std::string> lines = printed(f);
+      std::fclose(f);
+      REQUIRE(lines.size() >= 7);
+      CHECK(lines[0].find("backend shm (transport gloo)") != std::string::npos);
+      // nccl-tests' header and a parser's view of it: '#' then 13 names.
+      const char* time = cputime ? "cputime" : "time";
+      std::vector<std::string> nccl = {"#", "size", "count", "type", "redop", "root",
+                                       time, "algbw", "busbw", "#wrong",
+                                       time, "algbw", "busbw", "#wrong"};
+      if (baseline) {
+        for (const char* extra : {"base_time", "base_bw", "ratio", "base_time", "base_bw", "ratio"})
+          nccl.push_back(extra);
+      }
+      CHECK(words(lines[4]) == nccl);
+      CHECK(lines[4].rfind("#       size         count      type   redop    root", 0) == 0);
+      std::vector<std::string> cells = words(lines[6]);
+      REQUIRE(cells.size() == (baseline ? 19u : 13u));
+      CHECK(cells[0] == "1024");
+      CHECK(cells[4] == "-1");
+      CHECK(cells[5] == "10.00");   // out-of-place time, algbw, busbw, #wrong
+      CHECK(cells[6] == "0.10");
+      CHECK(cells[8] == "0");
+      CHECK(cells[9] == "123456");  // in-place
+      CHECK(cells[12] == "3");
+      if (baseline) {
+        CHECK(cells[13] == "5.00");  // out-of-place: bare time, busbw, ratio
+        CHECK(cells[14] == "0.20");
+        CHECK(cells[15] == "2.00");
+        CHECK(cells[16] == "40.00");  // in-place
+        CHECK(cells[18] == "3086.4");  // six characters, as nccl-tests fits them
+      }
+      // nccl-tests' fixed widths: the row's first 13 cells end where its header's do.
+      const std::string& head = lines[4];
+      const std::string& body = lines[6];
+      CHECK(head.find("#wrong", head.find("#wrong") + 1) + 6 ==
+            body.find(" 3") + 2);
+    }
+  }
+  CHECK(fitNumber(1234567.0, 7) == "1234567");
+  CHECK(fitNumber(12345678.0, 7) == "1.2e+07");
+  CHECK(fitNumber(0.5, 6) == "  0.50");
+}
+
+TEST_CASE("the trailer names the backend of the rows the header's did not move") {
+  Metadata meta;
+  meta.workload = "broadcast";
+  meta.backend = "shm";
+  FILE* f = std::tmpfile();
+  REQUIRE(f != nullptr);
+  Report report(meta, f);
+  report.beginSweep(false);
+  for (auto size_backend : {std::make_pair(8, "shm"), std::make_pair(64, "shm"),
+                            std::make_pair(512, "mpi")}) {
+    SweepRow row;
+    row.bytes = size_backend.first;
+    row.backend = size_backend.second;
+    report.addSweepRow(row);
+  }
+  report.finish(0);
+  std::string all;
+  for (const std::string& l : printed(f)) all += l + "\n";
+  std::fclose(f);
+  CHECK(all.find("# Moved by             : shm 8..64 B, mpi 512..512 B\n") != std::string::npos);
+  CHECK(report.json().find("\"backend\": \"mpi\"") != std::string::npos);
 }
