@@ -51,8 +51,8 @@ int runBench(const Options& options) {
   meta.transport = backend;
   meta.baseline = baseline ? baseline->name() : "";
   meta.ranks = tutti::size();
-  meta.dtype = ncclTypeName(options.dtype);
-  meta.op = ncclOpName(options.op);
+  meta.dtype = options.all_dtypes ? "all" : ncclTypeName(options.dtype);
+  meta.op = options.all_ops ? "all" : ncclOpName(options.op);
   meta.combine = timeCombineName(options.combine);
   meta.iters = options.iters;
   meta.warmup_iters = options.warmup_iters;
@@ -69,14 +69,23 @@ int runBench(const Options& options) {
     }
   }
 
-  Runner runner(options, baseline.get());
-  runner.settle(kSettleSeconds);
+  // -N cycles of every (dtype, op) that -d/-o ask for (nccl-tests' loop order), all rows in
+  // one table.
   int64_t wrong = 0;
-  for (int cycle = 0; cycle < options.run_cycles; ++cycle) {  // -N: one table, more rows
-    switch (options.workload) {
-      case Workload::kFusion: wrong += runFusion(runner, report); break;
-      case Workload::kLatency: wrong += runLatency(runner, report); break;
-      default: wrong += runSweep(runner, report);
+  bool settled = false;
+  for (int cycle = 0; cycle < options.run_cycles; ++cycle) {
+    for (const auto& type_op : typeOpRuns(options)) {
+      Options run = options;
+      run.dtype = type_op.first;
+      run.op = type_op.second;
+      Runner runner(run, baseline.get());
+      if (!settled) runner.settle(kSettleSeconds);
+      settled = true;
+      switch (run.workload) {
+        case Workload::kFusion: wrong += runFusion(runner, report); break;
+        case Workload::kLatency: wrong += runLatency(runner, report); break;
+        default: wrong += runSweep(runner, report);
+      }
     }
   }
   report.finish(wrong);

@@ -178,8 +178,8 @@ std::string usage() {
          "  -N, --run_cycles N    run the whole sweep N times, default 1\n"
          "  -c, --check 0/1       check every element against a local reference, default 1\n"
          "  -d, --datatype T      float half bfloat16 double int8 uint8 int16 uint16 int32\n"
-         "                        int64 bool, default float\n"
-         "  -o, --op OP           sum prod min max avg, default sum\n"
+         "                        int64 bool, or all (nccl-tests' types), default float\n"
+         "  -o, --op OP           sum prod min max avg, or all, default sum\n"
          "  -r, --root R          broadcast root, default 0\n"
          "  -a, --average 0-3     combine times over ranks: 0 rank 0, 1 average, 2 min,\n"
          "                        3 max (nccl-tests' meaning), default 1\n"
@@ -276,8 +276,14 @@ void apply(Options* o, const Flag& f, const std::string& flag, const std::string
     case 'n': o->iters = static_cast<int>(parseInt(v, flag, 1, 100000000)); *have_n = true; break;
     case 'w': o->warmup_iters = static_cast<int>(parseInt(v, flag, 0, 100000000)); break;
     case 'c': o->check = parseInt(v, flag, 0, 1000000) != 0; break;
-    case 'd': o->dtype = parseDataType(v); break;
-    case 'o': o->op = parseReduceOp(v); break;
+    case 'd':
+      o->all_dtypes = lower(v) == "all";
+      if (!o->all_dtypes) o->dtype = parseDataType(v);
+      break;
+    case 'o':
+      o->all_ops = lower(v) == "all";
+      if (!o->all_ops) o->op = parseReduceOp(v);
+      break;
     case 'r': o->root = static_cast<int>(parseInt(v, flag, 0, 1 << 30)); break;
     case 'a': o->combine = static_cast<TimeCombine>(parseInt(v, flag, 0, 3)); break;
     case 'N':
@@ -399,6 +405,11 @@ Options parseOptions(int argc, const char* const* argv) {
   if (o.step_factor <= 1.0 && o.step_bytes <= 0 && o.min_bytes < o.max_bytes) {
     bad("-i", std::to_string(o.step_bytes), "an increment > 0, or -f > 1, to go from -b to -e");
   }
+  if ((o.all_dtypes || o.all_ops) &&
+      (o.workload == Workload::kFusion || o.workload == Workload::kLatency)) {
+    bad(o.all_dtypes ? "-d" : "-o", "all",
+        "one type and op for fusion and latency (their rows have no type or op column)");
+  }
   if ((tensors > 0) != (tensor_bytes >= 0)) {
     bad("--tensors/--tensor-bytes", "", "both flags together");
   }
@@ -409,6 +420,25 @@ Options parseOptions(int argc, const char* const* argv) {
   }
   sweepSizes(o);  // throws on a sweep too long to run
   return o;
+}
+
+std::vector<std::pair<DataType, ReduceOp>> typeOpRuns(const Options& options) {
+  std::vector<DataType> dtypes = {options.dtype};
+  if (options.all_dtypes) {
+    dtypes = {DataType::kInt8,    DataType::kUInt8,   DataType::kInt32,   DataType::kInt64,
+              DataType::kFloat16, DataType::kFloat32, DataType::kFloat64, DataType::kBFloat16};
+  }
+  const bool reducing = options.workload == Workload::kAllreduce ||
+                        options.workload == Workload::kReducescatter;
+  std::vector<ReduceOp> ops = {options.op};
+  if (options.all_ops && reducing) {
+    ops = {ReduceOp::kSum, ReduceOp::kProduct, ReduceOp::kMax, ReduceOp::kMin, ReduceOp::kAverage};
+  }
+  std::vector<std::pair<DataType, ReduceOp>> runs;
+  for (DataType d : dtypes) {
+    for (ReduceOp op : ops) runs.push_back({d, op});
+  }
+  return runs;
 }
 
 std::vector<int64_t> sweepSizes(const Options& options) {

@@ -39,6 +39,8 @@ struct Options {
   int timeout_seconds = 0;         // -T: > 0 sets TUTTI_TIMEOUT_SECONDS for the run
   DataType dtype = DataType::kFloat32;  // -d
   ReduceOp op = ReduceOp::kSum;         // -o
+  bool all_dtypes = false;              // -d all: the sweep once per type (dtype ignored)
+  bool all_ops = false;                 // -o all: once per reduce op (op ignored)
   int root = 0;                         // -r
   TimeCombine combine = TimeCombine::kAverage;  // -a
   bool baseline = false;                        // --baseline
@@ -74,6 +76,12 @@ const char* ncclOpName(ReduceOp op);  // sum, prod, min, max, avg
 // Throws Error(kInvalidArgument) with the offending flag and value.
 Options parseOptions(int argc, const char* const* argv);
 std::string usage();
+
+// What one run of the workload covers: (dtype, op) once, or each of nccl-tests' types
+// Tutti has (int8 uint8 int32 int64 half float double bfloat16) for -d all, and each op
+// (sum prod max min avg) for -o all where the workload reduces (allreduce, reducescatter),
+// in nccl-tests' order. Fusion and latency refuse "all".
+std::vector<std::pair<DataType, ReduceOp>> typeOpRuns(const Options& options);
 
 // The sizes swept from min to max: times -f when it is > 1, else plus -i (nccl-tests' rule).
 std::vector<int64_t> sweepSizes(const Options& options);

@@ -114,8 +114,9 @@ class Sweep {
   }
 
   std::string name(bool in_place) const {
-    return std::string("bench.") + workloadName(o_.workload) + "." +
-           std::to_string(g_.send_count) + (in_place ? ".ip" : ".oop");
+    return std::string("bench.") + workloadName(o_.workload) + "." + ncclTypeName(o_.dtype) +
+           "." + ncclOpName(o_.op) + "." + std::to_string(g_.send_count) +
+           (in_place ? ".ip" : ".oop");
   }
 
   // One Tutti op, submitted and waited.

@@ -2,7 +2,8 @@
 """Plot bus bandwidth against size from tutti-bench --json documents.
 
 Documents of the same configuration (workload, backend, baseline, ranks, dtype, op) are
-repeats: each point is the median over them. One line per configuration and mode for Tutti
+repeats, as are the cycles of -N: each point is the median over them; the rows of -d all or
+-o all are one configuration per type and op. One line per configuration and mode for Tutti
 (solid) and, where the run had --baseline, for the bare backend (dashed, same colour).
 --table prints the medians as Markdown tables (sweeps, fusion and latency documents alike),
 as docs/PERFORMANCE.md shows them; it needs only Python's standard library. -o needs
@@ -36,6 +37,21 @@ def config_label(key):
     workload, backend, _, ranks, dtype, op = key
     return "%s %s np=%s %s" % (workload, backend, ranks, dtype) + (
         " %s" % op if workload in ("allreduce", "reducescatter") else "")
+
+
+def split_by_type(doc):
+    """A -d all / -o all document: one document per (type, redop) of its rows."""
+    by_type = OrderedDict()
+    for row in doc.get("rows", []):
+        by_type.setdefault((row.get("type"), row.get("redop")), []).append(row)
+    if len(by_type) <= 1:
+        return [doc]
+    docs = []
+    for (dtype, redop), rows in by_type.items():
+        part = dict(doc)
+        part["dtype"], part["op"], part["rows"] = dtype, redop, rows
+        docs.append(part)
+    return docs
 
 
 def median(values):
@@ -198,7 +214,8 @@ def main(argv):
             print("tutti-bench-plot: %s: expected a tutti-bench --json document (\"tool\": "
                   "\"tutti-bench\"), got another JSON value" % path, file=sys.stderr)
             return 2
-        groups.setdefault(config_key(doc), []).append(doc)
+        for part in split_by_type(doc):
+            groups.setdefault(config_key(part), []).append(part)
     if args.table:
         print_tables(groups)
     return plot(groups, args) if args.output else 0

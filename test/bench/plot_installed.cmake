@@ -16,7 +16,7 @@ file(GLOB_RECURSE bench "${PREFIX}/*/tutti-bench")
 if(NOT plot OR NOT bench)
   message(FATAL_ERROR "expected tutti-bench and tutti-bench-plot under ${PREFIX}, got:\n${out}")
 endif()
-execute_process(COMMAND ${BENCH} allreduce -b 4 -e 1K -f 16 -n 2 -w 1 --json ${PREFIX}/run.json
+execute_process(COMMAND ${BENCH} allreduce -b 4 -e 1K -f 16 -n 2 -w 1 -d all --json ${PREFIX}/run.json
                 RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 60)
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "tutti-bench exited with '${rc}':\n${out}${err}")
@@ -24,9 +24,10 @@ endif()
 execute_process(COMMAND ${PYTHON} -I -S ${plot} --table ${PREFIX}/run.json
                 RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 60)
 message("${out}")
-if(NOT rc EQUAL 0 OR NOT out MATCHES "\\| size \\| oop time \\(us\\)" OR NOT out MATCHES "\n\\| 64 \\|")
+if(NOT rc EQUAL 0 OR NOT out MATCHES "\\| size \\| oop time \\(us\\)" OR NOT out MATCHES "\n\\| 64 \\|"
+   OR NOT out MATCHES "#### allreduce loopback np=1 half sum" OR NOT out MATCHES "np=1 int8 sum")
   message(FATAL_ERROR "tutti-bench-plot --table without site-packages: exit '${rc}', "
-                      "expected a table with a row for 64 B:\n${out}${err}")
+                      "expected a table per type (-d all) with a row for 64 B:\n${out}${err}")
 endif()
 execute_process(COMMAND ${PYTHON} -I -S ${plot} -o ${PREFIX}/x.png ${PREFIX}/run.json
                 RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 60)

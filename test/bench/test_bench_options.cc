@@ -240,6 +240,28 @@ TEST_CASE("nccl-tests' GPU and thread flags: accepted, announced unless nccl-tes
   CHECK_THROWS_AS(parse({"allreduce", "-C", "2"}), Error);
 }
 
+TEST_CASE("-d all and -o all: nccl-tests' types and ops that Tutti has, in nccl-tests' order") {
+  using Run = std::pair<DataType, ReduceOp>;
+  CHECK(typeOpRuns(parse({"allreduce", "-d", "half", "-o", "max"})) ==
+        std::vector<Run>{{DataType::kFloat16, ReduceOp::kMax}});
+  const std::vector<Run> types = typeOpRuns(parse({"allgather", "-d", "all", "-o", "all"}));
+  REQUIRE(types.size() == 8);  // allgather does not reduce: one op per type
+  CHECK(types.front() == Run{DataType::kInt8, ReduceOp::kSum});
+  CHECK(types.back() == Run{DataType::kBFloat16, ReduceOp::kSum});
+  const std::vector<Run> all = typeOpRuns(parse({"allreduce", "--datatype=all", "--op=all"}));
+  REQUIRE(all.size() == 40);
+  CHECK(all[0] == Run{DataType::kInt8, ReduceOp::kSum});
+  CHECK(all[1] == Run{DataType::kInt8, ReduceOp::kProduct});
+  CHECK(all[4] == Run{DataType::kInt8, ReduceOp::kAverage});
+  CHECK(all[5] == Run{DataType::kUInt8, ReduceOp::kSum});
+  const std::vector<Run> ops = typeOpRuns(parse({"reducescatter", "-o", "all", "-d", "int32"}));
+  REQUIRE(ops.size() == 5);
+  CHECK(ops[2] == Run{DataType::kInt32, ReduceOp::kMax});
+  CHECK_THROWS_AS(parse({"fusion", "-d", "all"}), Error);
+  CHECK_THROWS_AS(parse({"latency", "-o", "all"}), Error);
+  CHECK_THROWS_AS(parse({"allreduce", "-d", "uint32"}), Error);  // Tutti has no uint32
+}
+
 TEST_CASE("sweepSizes steps like nccl-tests") {
   Options o;
   o.step_factor = 2;
