@@ -56,6 +56,7 @@ int runBench(const Options& options) {
   meta.combine = timeCombineName(options.combine);
   meta.iters = options.iters;
   meta.warmup_iters = options.warmup_iters;
+  meta.agg_iters = options.agg_iters;
   meta.check = options.check;
   meta.cputime = options.report_cputime;
   fillMachine(&meta);

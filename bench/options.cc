@@ -175,6 +175,8 @@ std::string usage() {
          "  -i, --stepbytes N     else add N bytes each step, default 1M\n"
          "  -n, --iters N         timed iterations, default 20 (latency: 1000)\n"
          "  -w, --warmup_iters N  untimed iterations before each size, default 5\n"
+         "  -m, --agg_iters N     submit N ops together per iteration, then wait for all;\n"
+         "                        times are per op, default 1\n"
          "  -N, --run_cycles N    run the whole sweep N times, default 1\n"
          "  -c, --check 0/1       check every element against a local reference, default 1\n"
          "  -d, --datatype T      float half bfloat16 double int8 uint8 int16 uint16 int32\n"
@@ -188,7 +190,7 @@ std::string usage() {
          "                        (TUTTI_TIMEOUT_SECONDS), default 0: the runtime's\n"
          "  -J, --output_file F   as --json F (tutti-bench's document, not nccl-tests')\n"
          "  accepted with a notice (GPU or thread options with no meaning here):\n"
-         "  -t -g -m -p -z -y -G -S -R -x -D -V -M -u -I -K and their long names\n"
+         "  -t -g -p -z -y -G -S -R -x -D -V -M -u -I -K and their long names\n"
          "  --baseline            time the bare backend on the same buffers: its time,\n"
          "                        busbw and tutti/baseline ratio follow nccl-tests' columns\n"
          "  --baseline-backend mpi|gloo   the bare library to compare with (implies\n"
@@ -307,11 +309,7 @@ void apply(Options* o, const Flag& f, const std::string& flag, const std::string
       break;
     case 't': acceptNotice(o, flag, v, 1, 1 << 20, 1, one_rank); break;
     case 'g': acceptNotice(o, flag, v, 1, 1 << 20, 1, one_rank); break;
-    case 'm':
-      acceptNotice(o, flag, v, 1, 1 << 20, 1,
-                   "not applied: each iteration runs one collective and waits for it "
-                   "(the fusion workload times many tensors at once)");
-      break;
+    case 'm': o->agg_iters = static_cast<int>(parseInt(v, flag, 1, 1024)); break;
     case 'p':
       acceptNotice(o, flag, v, 0, 1, 0, "not applied: each process initializes Tutti once");
       break;
@@ -404,6 +402,11 @@ Options parseOptions(int argc, const char* const* argv) {
   }
   if (o.step_factor <= 1.0 && o.step_bytes <= 0 && o.min_bytes < o.max_bytes) {
     bad("-i", std::to_string(o.step_bytes), "an increment > 0, or -f > 1, to go from -b to -e");
+  }
+  if (o.agg_iters > 1 && (o.workload == Workload::kFusion || o.workload == Workload::kLatency)) {
+    o.notices.push_back("# tutti-bench: -m " + std::to_string(o.agg_iters) + ": not applied: " +
+                        workloadName(o.workload) + " has its own shape (--tensors, one op)");
+    o.agg_iters = 1;
   }
   if ((o.all_dtypes || o.all_ops) &&
       (o.workload == Workload::kFusion || o.workload == Workload::kLatency)) {

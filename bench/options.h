@@ -33,6 +33,7 @@ struct Options {
   int64_t step_bytes = 1ll << 20;  // -i
   int iters = 20;                  // -n
   int warmup_iters = 5;            // -w
+  int agg_iters = 1;               // -m: ops submitted together per iteration (sweeps)
   bool check = true;               // -c
   int run_cycles = 1;              // -N: the whole sweep this many times
   bool report_cputime = false;     // -C: name the time column "cputime" (times are host times)

@@ -172,11 +172,11 @@ void Report::beginSweep(bool with_baseline) {
   began_ = true;
   with_baseline_ = with_baseline;
   print("# tutti-bench %s: %d ranks, backend %s, baseline %s, dtype %s, op %s, iters %d, "
-        "warmup %d, check %d, times: %s over ranks\n",
+        "agg iters %d, warmup %d, check %d, times: %s over ranks\n",
         meta_.workload.c_str(), meta_.ranks, backendText().c_str(),
         meta_.baseline.empty() ? "none" : meta_.baseline.c_str(), meta_.dtype.c_str(),
-        meta_.op.c_str(), meta_.iters, meta_.warmup_iters, meta_.check ? 1 : 0,
-        meta_.combine.c_str());
+        meta_.op.c_str(), meta_.iters, meta_.agg_iters, meta_.warmup_iters,
+        meta_.check ? 1 : 0, meta_.combine.c_str());
   printMachine();
   print("#\n");
   const char* time = meta_.cputime ? "cputime" : "time";
@@ -366,7 +366,8 @@ std::string Report::json() const {
      << ", \"memcpy_gbps\": " << jsonNumber(meta_.memcpy_gbps)
      << "},\n  \"date\": " << jsonString(meta_.date) << ",\n  \"dtype\": "
      << jsonString(meta_.dtype) << ",\n  \"op\": " << jsonString(meta_.op)
-     << ",\n  \"iters\": " << meta_.iters << ",\n  \"warmup_iters\": " << meta_.warmup_iters
+     << ",\n  \"iters\": " << meta_.iters << ",\n  \"agg_iters\": " << meta_.agg_iters
+     << ",\n  \"warmup_iters\": " << meta_.warmup_iters
      << ",\n  \"check\": " << (meta_.check ? "true" : "false")
      << ",\n  \"time_combine\": " << jsonString(meta_.combine)
      << ",\n  \"wrong\": " << total_wrong_;

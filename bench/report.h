@@ -59,7 +59,7 @@ struct Metadata {
   std::string loadavg;  // /proc/loadavg at the start: other work on a shared machine
   int ranks = 1, cores = 0;
   std::string dtype, op, combine;
-  int iters = 0, warmup_iters = 0;
+  int iters = 0, warmup_iters = 0, agg_iters = 1;
   bool check = true;
   bool cputime = false;  // -C: the time column is named "cputime", as nccl-tests names it
   double memcpy_gbps = 0;  // one core's memcpy bandwidth (measureMemcpy); 0 = not measured

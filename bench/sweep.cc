@@ -60,6 +60,9 @@ class Sweep {
     }
     send_ = std::make_unique<Buffer>(max_bytes);
     recv_ = std::make_unique<Buffer>(max_bytes);
+    for (int k = 1; k < o_.agg_iters; ++k) {
+      aggregated_.push_back(std::make_unique<Buffer>(max_bytes));
+    }
     if (o_.check) expected_ = std::make_unique<Buffer>(max_bytes);
   }
 
@@ -120,31 +123,44 @@ class Sweep {
   }
 
   // One Tutti op, submitted and waited.
-  void tuttiOp(bool in_place) {
-    const std::string nm = name(in_place);
-    char* out = recv_->data();
-    OpOptions opt;
-    opt.op = o_.op;
-    opt.root = o_.root;
-    opt.allocator = [out](const std::vector<int64_t>&) -> void* { return out; };
-    Handle h = 0;
-    TensorView in = view(in_place ? out : send_->data(), g_.send_count, o_.dtype);
-    switch (o_.workload) {
-      case Workload::kAllreduce:
-        r_.check(allreduceAsync(nm, in, view(out, g_.recv_count, o_.dtype), opt, &h), nm);
-        break;
-      case Workload::kBroadcast: r_.check(broadcastAsync(nm, in, opt, &h), nm); break;
-      case Workload::kAllgather: r_.check(allgatherAsync(nm, in, opt, &h), nm); break;
-      case Workload::kAlltoall: r_.check(alltoallAsync(nm, in, opt, &h), nm); break;
-      case Workload::kReducescatter: r_.check(reducescatterAsync(nm, in, opt, &h), nm); break;
-      default: throwError(StatusCode::kInternal, "tutti-bench: not a sweep workload");
+  void tuttiOp(bool in_place) { tuttiOps(in_place, 1); }
+
+  // `count` Tutti ops submitted together, then all waited (-m): the k-th on its own output
+  // buffer (recv_ for k = 0), so that no two write the same memory.
+  void tuttiOps(bool in_place, int count) {
+    std::vector<Handle> handles(static_cast<size_t>(count));
+    std::vector<std::string> names(static_cast<size_t>(count));
+    for (int k = 0; k < count; ++k) {
+      const std::string nm = name(in_place) + (k ? ".m" + std::to_string(k) : "");
+      names[k] = nm;
+      char* out = k ? aggregated_[k - 1]->data() : recv_->data();
+      OpOptions opt;
+      opt.op = o_.op;
+      opt.root = o_.root;
+      opt.allocator = [out](const std::vector<int64_t>&) -> void* { return out; };
+      Handle& h = handles[k];
+      TensorView in = view(in_place ? out : send_->data(), g_.send_count, o_.dtype);
+      switch (o_.workload) {
+        case Workload::kAllreduce:
+          r_.check(allreduceAsync(nm, in, view(out, g_.recv_count, o_.dtype), opt, &h), nm);
+          break;
+        case Workload::kBroadcast: r_.check(broadcastAsync(nm, in, opt, &h), nm); break;
+        case Workload::kAllgather: r_.check(allgatherAsync(nm, in, opt, &h), nm); break;
+        case Workload::kAlltoall: r_.check(alltoallAsync(nm, in, opt, &h), nm); break;
+        case Workload::kReducescatter: r_.check(reducescatterAsync(nm, in, opt, &h), nm); break;
+        default: throwError(StatusCode::kInternal, "tutti-bench: not a sweep workload");
+      }
     }
-    Result result;
-    r_.wait(h, nm, &result);
-    if (result.data && result.data != out) {
-      std::free(result.data);
-      throwError(StatusCode::kInternal, "tutti-bench: rank " + std::to_string(r_.rank()) +
-                                            ": " + nm + ": output not in the allocator's buffer");
+    for (int k = 0; k < count; ++k) {
+      char* out = k ? aggregated_[k - 1]->data() : recv_->data();
+      Result result;
+      r_.wait(handles[k], names[k], &result);
+      if (result.data && result.data != out) {
+        std::free(result.data);
+        throwError(StatusCode::kInternal, "tutti-bench: rank " + std::to_string(r_.rank()) +
+                                              ": " + names[k] +
+                                              ": output not in the allocator's buffer");
+      }
     }
   }
 
@@ -221,14 +237,15 @@ class Sweep {
         m->base_wrong = wrongNow();
       }
     }
-    for (int i = 0; i < o_.warmup_iters; ++i) tuttiOp(in_place);
+    const int agg = o_.agg_iters;
+    for (int i = 0; i < o_.warmup_iters; ++i) tuttiOps(in_place, agg);
     if (m->has_baseline) {
       for (int i = 0; i < o_.warmup_iters; ++i) baselineOp(in_place);
     }
     r_.barrier();
     double t0 = nowUs();
-    for (int i = 0; i < o_.iters; ++i) tuttiOp(in_place);
-    m->time_us = (nowUs() - t0) / o_.iters;
+    for (int i = 0; i < o_.iters; ++i) tuttiOps(in_place, agg);
+    m->time_us = (nowUs() - t0) / (static_cast<double>(o_.iters) * agg);  // per op, as nccl-tests
     if (m->has_baseline) {
       r_.barrier();
       t0 = nowUs();
@@ -273,6 +290,7 @@ class Sweep {
   const int64_t ts_;
   Geometry g_;
   std::unique_ptr<Buffer> send_, recv_, expected_;
+  std::vector<std::unique_ptr<Buffer>> aggregated_;  // -m: outputs of ops 2..m of a group
 };
 
 }  // namespace

@@ -104,15 +104,21 @@ TEST_CASE("nccl-tests' GPU and thread flags: accepted, announced unless nccl-tes
   std::string all;
   for (const std::string& n : o.notices) all += n + "\n";
   INFO(all);
-  for (const char* flag : {"-g 8:", "-m 4:", "-p 1:", "-z 0:", "-G 10:", "-R 1:", "-x 0:",
+  CHECK(o.agg_iters == 4);
+  for (const char* flag : {"-g 8:", "-p 1:", "-z 0:", "-G 10:", "-R 1:", "-x 0:",
                            "-M 1:", "-I 1:", "-S 1:", "-J run.json:"}) {
     CHECK(all.find(std::string("# tutti-bench: ") + flag) != std::string::npos);
   }
-  for (const char* flag : {"-t ", "-y ", "--blocking", "-D ", "-V ", "-u ", "-K ", "-N ", "-C ",
+  for (const char* flag : {"-t ", "-m ", "-y ", "--blocking", "-D ", "-V ", "-u ", "-K ", "-N ", "-C ",
                            "-T "}) {
     CHECK(all.find(std::string("# tutti-bench: ") + flag) == std::string::npos);
   }
-  CHECK(o.notices.size() == 11);
+  CHECK(o.notices.size() == 10);
+  Options f = parse({"fusion", "-m", "4"});  // fusion and latency have their own shape
+  CHECK(f.agg_iters == 1);
+  REQUIRE(f.notices.size() == 1);
+  CHECK(f.notices[0].find("-m 4: not applied") != std::string::npos);
+  CHECK_THROWS_AS(parse({"allreduce", "-m", "0"}), Error);
   CHECK(parse({"allreduce", "-N", "0"}).run_cycles == 1);  // "forever" is announced, not run
   CHECK_THROWS_AS(parse({"allreduce", "-g", "x"}), Error);
   CHECK_THROWS_AS(parse({"allreduce", "-t", "0"}), Error);
