@@ -60,6 +60,13 @@ class Sweep {
     }
     send_ = std::make_unique<Buffer>(max_bytes);
     recv_ = std::make_unique<Buffer>(max_bytes);
+    const int64_t kMaxAggregatedBytes = 8ll << 30;
+    if (o_.agg_iters > 1 && max_bytes > kMaxAggregatedBytes / o_.agg_iters) {
+      throwError(StatusCode::kInvalidArgument,
+                 "tutti-bench: -m " + std::to_string(o_.agg_iters) + " with -e " +
+                     std::to_string(o_.max_bytes) + ": expected at most 8 GiB of output "
+                     "buffers (one of " + std::to_string(max_bytes) + " bytes per op)");
+    }
     for (int k = 1; k < o_.agg_iters; ++k) {
       aggregated_.push_back(std::make_unique<Buffer>(max_bytes));
     }
