@@ -13,6 +13,7 @@
 #include "bench/workloads.h"
 
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <string>
 
@@ -29,6 +30,9 @@ std::string joinArgs(const std::vector<std::string>& args) {
 }
 
 int runBench(const Options& options) {
+  if (options.timeout_seconds > 0) {  // -T: the deadline of every wait, Tutti's and the baseline's
+    setenv("TUTTI_TIMEOUT_SECONDS", std::to_string(options.timeout_seconds).c_str(), 1);
+  }
   initLaunchMpi();
   Status status = tutti::init();
   if (!status.ok()) throwError(status.code(), "tutti-bench: tutti::init: " + status.message());
@@ -44,30 +48,46 @@ int runBench(const Options& options) {
   Metadata meta;
   meta.command = joinArgs(options.argv);
   meta.workload = workloadName(options.workload);
-  meta.backend = backend;
+  meta.transport = backend;
   meta.baseline = baseline ? baseline->name() : "";
   meta.ranks = tutti::size();
-  meta.dtype = ncclTypeName(options.dtype);
-  meta.op = ncclOpName(options.op);
+  meta.dtype = options.all_dtypes ? "all" : ncclTypeName(options.dtype);
+  meta.op = options.all_ops ? "all" : ncclOpName(options.op);
   meta.combine = timeCombineName(options.combine);
   meta.iters = options.iters;
   meta.warmup_iters = options.warmup_iters;
+  meta.agg_iters = options.agg_iters;
   meta.check = options.check;
+  meta.cputime = options.report_cputime;
   fillMachine(&meta);
   if (rank == 0 && options.workload != Workload::kFusion && options.workload != Workload::kLatency)
     meta.memcpy_gbps = measureMemcpy();
   Report report(meta, rank == 0 ? stdout : nullptr);
-  if (rank == 0 && options.baseline && !baseline) {
-    std::printf("# --baseline: no baseline in this run: %s\n", why.c_str());
+  if (rank == 0) {
+    for (const std::string& notice : options.notices) std::printf("%s\n", notice.c_str());
+    if (options.baseline && !baseline) {
+      std::printf("# --baseline: no baseline in this run: %s\n", why.c_str());
+    }
   }
 
-  Runner runner(options, baseline.get());
-  runner.settle(kSettleSeconds);
+  // -N cycles of every (dtype, op) that -d/-o ask for (nccl-tests' loop order), all rows in
+  // one table.
   int64_t wrong = 0;
-  switch (options.workload) {
-    case Workload::kFusion: wrong = runFusion(runner, report); break;
-    case Workload::kLatency: wrong = runLatency(runner, report); break;
-    default: wrong = runSweep(runner, report);
+  bool settled = false;
+  for (int cycle = 0; cycle < options.run_cycles; ++cycle) {
+    for (const auto& type_op : typeOpRuns(options)) {
+      Options run = options;
+      run.dtype = type_op.first;
+      run.op = type_op.second;
+      Runner runner(run, baseline.get());
+      if (!settled) runner.settle(kSettleSeconds);
+      settled = true;
+      switch (run.workload) {
+        case Workload::kFusion: wrong += runFusion(runner, report); break;
+        case Workload::kLatency: wrong += runLatency(runner, report); break;
+        default: wrong += runSweep(runner, report);
+      }
+    }
   }
   report.finish(wrong);
   if (rank == 0 && !options.json_path.empty()) report.writeJson(options.json_path);

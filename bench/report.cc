@@ -84,6 +84,15 @@ double busBandwidthFactor(const std::string& collective, int nranks) {
   return 1.0;  // broadcast
 }
 
+std::string fitNumber(double value, int width) {
+  char buf[64];
+  for (const char* fmt : {"%*.2f", "%*.1f", "%*.0f"}) {
+    if (snprintf(buf, sizeof buf, fmt, width, value) <= width) return buf;
+  }
+  snprintf(buf, sizeof buf, width >= 7 ? "%*.1e" : "%*.0e", width, value);
+  return buf;
+}
+
 std::string formatTime(double us) {
   if (us < 1e4) return format("%.2f", us);
   if (us < 1e5) return format("%.1f", us);
@@ -150,50 +159,63 @@ void Report::printMachine() const {
         meta_.cpu_model.c_str(), meta_.cores, meta_.loadavg.c_str(), meta_.date.c_str());
 }
 
+std::string Report::backendText() const {
+  std::string s = meta_.backend.empty() ? meta_.transport : meta_.backend;
+  if (!meta_.transport.empty() && meta_.transport != s) s += " (transport " + meta_.transport + ")";
+  return s.empty() ? "unknown" : s;
+}
+
+// nccl-tests' table (src/util.cu): the same columns at the same widths, so that a script
+// that parses its output parses this one; --baseline's columns come after all of them.
 void Report::beginSweep(bool with_baseline) {
+  if (began_) return;  // -N: later cycles add rows to the first table
+  began_ = true;
   with_baseline_ = with_baseline;
   print("# tutti-bench %s: %d ranks, backend %s, baseline %s, dtype %s, op %s, iters %d, "
-        "warmup %d, check %d, times: %s over ranks\n",
-        meta_.workload.c_str(), meta_.ranks, meta_.backend.c_str(),
+        "agg iters %d, warmup %d, check %d, times: %s over ranks\n",
+        meta_.workload.c_str(), meta_.ranks, backendText().c_str(),
         meta_.baseline.empty() ? "none" : meta_.baseline.c_str(), meta_.dtype.c_str(),
-        meta_.op.c_str(), meta_.iters, meta_.warmup_iters, meta_.check ? 1 : 0,
-        meta_.combine.c_str());
+        meta_.op.c_str(), meta_.iters, meta_.agg_iters, meta_.warmup_iters,
+        meta_.check ? 1 : 0, meta_.combine.c_str());
   printMachine();
   print("#\n");
-  std::string mode_head = format(" %8s %7s %7s %6s", "time", "algbw", "busbw", "#wrong");
-  std::string mode_unit = format(" %8s %7s %7s %6s", "(us)", "(GB/s)", "(GB/s)", "");
+  const char* time = meta_.cputime ? "cputime" : "time";
+  std::string groups = format("# %10s  %12s  %8s  %6s  %6s           out-of-place                  "
+                              "     in-place          ", "", "", "", "", "");
+  std::string head = format("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s",
+                            "size", "count", "type", "redop", "root", time, "algbw", "busbw",
+                            "#wrong", time, "algbw", "busbw", "#wrong");
+  std::string unit = format("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s",
+                            "(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "",
+                            "(us)", "(GB/s)", "(GB/s)", "");
   if (with_baseline) {
-    mode_head += format(" %9s %7s %6s", "base", "base_bw", "ratio");
-    mode_unit += format(" %9s %7s %6s", "(us)", "(GB/s)", "");
+    // Out-of-place's bare time, busbw and tutti/bare ratio, then in-place's.
+    groups += "  baseline out-of-place      baseline in-place";
+    head += format("  %9s  %7s  %6s  %9s  %7s  %6s", "base_time", "base_bw", "ratio",
+                   "base_time", "base_bw", "ratio");
+    unit += format("  %9s  %7s  %6s  %9s  %7s  %6s", "(us)", "(GB/s)", "", "(us)", "(GB/s)", "");
   }
-  const int width = static_cast<int>(mode_head.size());
-  std::string head = format("%12s  %12s  %8s  %6s  %6s", "size", "count", "type", "redop", "root");
-  std::string unit = format("%12s  %12s  %8s  %6s  %6s", "(B)", "(elements)", "", "", "");
-  head[0] = '#';
-  unit[0] = '#';
-  print("#%*s%*s%*s\n", static_cast<int>(head.size()) - 1, "", width, "out-of-place ", width,
-        "in-place ");
-  print("%s%s%s\n", head.c_str(), mode_head.c_str(), mode_head.c_str());
-  print("%s%s%s\n", unit.c_str(), mode_unit.c_str(), mode_unit.c_str());
+  print("%s\n%s\n%s\n", groups.c_str(), head.c_str(), unit.c_str());
   if (out_) fflush(out_);
 }
 
 void Report::printMode(const ModeResult& m) const {
   if (!m.present) {
-    print(" %8s %7s %7s %6s", "N/A", "N/A", "N/A", "N/A");
-    if (with_baseline_) print(" %9s %7s %6s", "N/A", "N/A", "N/A");
+    print("  %7s  %6s  %6s  %6s", "N/A", "N/A", "N/A", "N/A");
     return;
   }
-  print(" %8s %7.2f %7.2f %6s", formatTime(m.time_us).c_str(), m.algbw, m.busbw,
-        wrongText(m.wrong).c_str());
-  if (with_baseline_) {
-    if (m.has_baseline) {
-      print(" %9s %7.2f %6.2f", formatTime(m.base_time_us).c_str(), m.base_busbw,
-            m.base_time_us > 0 ? m.time_us / m.base_time_us : 0.0);
-    } else {
-      print(" %9s %7s %6s", "N/A", "N/A", "N/A");
-    }
+  print("  %7s  %6s  %6s  %6s", fitNumber(m.time_us, 7).c_str(), fitNumber(m.algbw, 6).c_str(),
+        fitNumber(m.busbw, 6).c_str(), wrongText(m.wrong).c_str());
+}
+
+void Report::printBaseline(const ModeResult& m) const {
+  if (!m.present || !m.has_baseline) {
+    print("  %9s  %7s  %6s", "N/A", "N/A", "N/A");
+    return;
   }
+  print("  %9s  %7s  %6s", fitNumber(m.base_time_us, 9).c_str(),
+        fitNumber(m.base_busbw, 7).c_str(),
+        fitNumber(m.base_time_us > 0 ? m.time_us / m.base_time_us : 0.0, 6).c_str());
 }
 
 void Report::addSweepRow(const SweepRow& row) {
@@ -202,17 +224,24 @@ void Report::addSweepRow(const SweepRow& row) {
         static_cast<long long>(row.count), row.type.c_str(), row.redop.c_str(), row.root);
   printMode(row.out_of_place);
   printMode(row.in_place);
+  if (with_baseline_) {
+    printBaseline(row.out_of_place);
+    printBaseline(row.in_place);
+  }
   print("\n");
   if (out_) fflush(out_);
 }
 
 void Report::beginFusion(bool with_baseline) {
+  if (began_) return;  // -N: later cycles add rows to the first table
+  began_ = true;
   with_baseline_ = with_baseline;
   print("# tutti-bench fusion: %d ranks, backend %s, baseline %s, dtype %s, op %s, steps %d, "
         "warmup %d, check %d, times: %s over ranks\n",
-        meta_.ranks, meta_.backend.c_str(), meta_.baseline.empty() ? "none" : meta_.baseline.c_str(),
-        meta_.dtype.c_str(), meta_.op.c_str(), meta_.iters, meta_.warmup_iters,
-        meta_.check ? 1 : 0, meta_.combine.c_str());
+        meta_.ranks, backendText().c_str(),
+        meta_.baseline.empty() ? "none" : meta_.baseline.c_str(), meta_.dtype.c_str(),
+        meta_.op.c_str(), meta_.iters, meta_.warmup_iters, meta_.check ? 1 : 0,
+        meta_.combine.c_str());
   printMachine();
   print("# step = every tensor enqueued, then every handle waited; grouped = one "
         "groupedAllreduce of the same tensors\n");
@@ -237,12 +266,15 @@ void Report::addFusionRow(const FusionRow& row) {
 }
 
 void Report::beginLatency(bool with_baseline) {
+  if (began_) return;  // -N: later cycles add rows to the first table
+  began_ = true;
   with_baseline_ = with_baseline;
   print("# tutti-bench latency: %d ranks, backend %s, baseline %s, dtype %s, op %s, iters %d, "
         "warmup %d, check %d, per-rank statistics: %s over ranks\n",
-        meta_.ranks, meta_.backend.c_str(), meta_.baseline.empty() ? "none" : meta_.baseline.c_str(),
-        meta_.dtype.c_str(), meta_.op.c_str(), meta_.iters, meta_.warmup_iters,
-        meta_.check ? 1 : 0, meta_.combine.c_str());
+        meta_.ranks, backendText().c_str(),
+        meta_.baseline.empty() ? "none" : meta_.baseline.c_str(), meta_.dtype.c_str(),
+        meta_.op.c_str(), meta_.iters, meta_.warmup_iters, meta_.check ? 1 : 0,
+        meta_.combine.c_str());
   printMachine();
   print("#\n");
   print("# %10s %10s %10s %10s %10s %10s %10s %8s %6s\n", "size(B)", "median(us)", "p99(us)",
@@ -290,6 +322,7 @@ void Report::finish(int64_t total_wrong) {
   print("# Out of bounds values : %lld %s\n", static_cast<long long>(total_wrong),
         total_wrong == 0 ? "OK" : "FAILED");
   if (!sweep_.empty()) print("# Avg bus bandwidth    : %g \n", averageBusBandwidth());
+  printRowBackends();
   if (!sweep_.empty() && meta_.memcpy_gbps > 0)
     print("# memcpy bandwidth     : %.2f GB/s (one core); best busbw %.2f GB/s = %.0f%% of it\n",
           meta_.memcpy_gbps, bestBusBandwidth(), 100.0 * bestBusBandwidth() / meta_.memcpy_gbps);
@@ -297,11 +330,35 @@ void Report::finish(int64_t total_wrong) {
   if (out_) fflush(out_);
 }
 
+// "# Moved by             : shm 8..64K, mpi 128K..32M" when some rows' data went through
+// another backend than the header's (shm hands some broadcast sizes to the next backend).
+void Report::printRowBackends() const {
+  std::vector<std::pair<std::string, std::pair<int64_t, int64_t>>> spans;
+  bool other = false;
+  for (const SweepRow& row : sweep_) {
+    if (row.backend.empty()) continue;
+    other = other || row.backend != meta_.backend;
+    if (spans.empty() || spans.back().first != row.backend) {
+      spans.push_back({row.backend, {row.bytes, row.bytes}});
+    } else {
+      spans.back().second.second = row.bytes;
+    }
+  }
+  if (!other) return;
+  std::string text;
+  for (const auto& span : spans) {
+    text += (text.empty() ? "" : ", ") + span.first + " " + std::to_string(span.second.first) +
+            ".." + std::to_string(span.second.second) + " B";
+  }
+  print("# %-20s : %s\n", "Moved by", text.c_str());
+}
+
 std::string Report::json() const {
   std::ostringstream js;
   js << "{\n  \"tool\": \"tutti-bench\",\n  \"workload\": " << jsonString(meta_.workload)
      << ",\n  \"command\": " << jsonString(meta_.command) << ",\n  \"ranks\": " << meta_.ranks
      << ",\n  \"backend\": " << jsonString(meta_.backend)
+     << ",\n  \"transport\": " << jsonString(meta_.transport)
      << ",\n  \"baseline\": " << (meta_.baseline.empty() ? "null" : jsonString(meta_.baseline))
      << ",\n  \"machine\": {\"hostname\": " << jsonString(meta_.hostname)
      << ", \"cpu_model\": " << jsonString(meta_.cpu_model) << ", \"cores\": " << meta_.cores
@@ -309,7 +366,8 @@ std::string Report::json() const {
      << ", \"memcpy_gbps\": " << jsonNumber(meta_.memcpy_gbps)
      << "},\n  \"date\": " << jsonString(meta_.date) << ",\n  \"dtype\": "
      << jsonString(meta_.dtype) << ",\n  \"op\": " << jsonString(meta_.op)
-     << ",\n  \"iters\": " << meta_.iters << ",\n  \"warmup_iters\": " << meta_.warmup_iters
+     << ",\n  \"iters\": " << meta_.iters << ",\n  \"agg_iters\": " << meta_.agg_iters
+     << ",\n  \"warmup_iters\": " << meta_.warmup_iters
      << ",\n  \"check\": " << (meta_.check ? "true" : "false")
      << ",\n  \"time_combine\": " << jsonString(meta_.combine)
      << ",\n  \"wrong\": " << total_wrong_;
@@ -319,7 +377,8 @@ std::string Report::json() const {
     const SweepRow& r = sweep_[i];
     js << (i ? ",\n" : "\n") << "    {\"size\": " << r.bytes << ", \"count\": " << r.count
        << ", \"type\": " << jsonString(r.type) << ", \"redop\": " << jsonString(r.redop)
-       << ", \"root\": " << r.root << ",\n     \"out_of_place\": " << modeJson(r.out_of_place)
+       << ", \"root\": " << r.root << ", \"backend\": " << jsonString(r.backend)
+       << ",\n     \"out_of_place\": " << modeJson(r.out_of_place)
        << ",\n     \"in_place\": " << modeJson(r.in_place) << "}";
   }
   js << "\n  ],\n  \"fusion\": [";

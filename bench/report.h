@@ -26,6 +26,7 @@ struct SweepRow {
   std::string type, redop;
   int root = -1;
   ModeResult out_of_place, in_place;
+  std::string backend;  // the backend(s) that moved this row's data ("shm"; "" unknown)
 };
 
 struct FusionRow {
@@ -52,12 +53,15 @@ struct LatencyRow {
 };
 
 struct Metadata {
-  std::string command, workload, backend, baseline, date, hostname, cpu_model;
+  // backend: what moved the data (shm, mpi, gloo, hierarchical, loopback), found by running
+  // the workload's op (Runner::movedBy); transport: Tutti's CPU transport (cpuBackend()).
+  std::string command, workload, backend, transport, baseline, date, hostname, cpu_model;
   std::string loadavg;  // /proc/loadavg at the start: other work on a shared machine
   int ranks = 1, cores = 0;
   std::string dtype, op, combine;
-  int iters = 0, warmup_iters = 0;
+  int iters = 0, warmup_iters = 0, agg_iters = 1;
   bool check = true;
+  bool cputime = false;  // -C: the time column is named "cputime", as nccl-tests names it
   double memcpy_gbps = 0;  // one core's memcpy bandwidth (measureMemcpy); 0 = not measured
 };
 
@@ -65,6 +69,9 @@ struct Metadata {
 double busBandwidthFactor(const std::string& collective, int nranks);
 // "12.34", "1234.5", "123456": at most 8 characters, like nccl-tests' time column.
 std::string formatTime(double us);
+// nccl-tests' number cells: "%.2f", else "%.1f", else "%.0f", else an exponent, whichever
+// first fits `width` characters, right-aligned.
+std::string fitNumber(double value, int width);
 // Host name, /proc/cpuinfo model, cores and the UTC date, for the metadata.
 void fillMachine(Metadata* meta);
 // The machine's memory-copy limit: GB/s of payload one core's memcpy moves between two
@@ -78,13 +85,17 @@ class Report {
   // `out` null: collect rows only (ranks other than 0).
   Report(Metadata meta, FILE* out);
 
+  // The backend that moved the data, once a workload has found it (before its begin*).
+  void setBackend(const std::string& backend) { meta_.backend = backend; }
+
   void beginSweep(bool with_baseline);
   void addSweepRow(const SweepRow& row);
   void beginFusion(bool with_baseline);
   void addFusionRow(const FusionRow& row);
   void beginLatency(bool with_baseline);
   void addLatencyRow(const LatencyRow& row);
-  // Prints the "# Out of bounds values" and "# Avg bus bandwidth" trailer.
+  // Prints the "# Out of bounds values" and "# Avg bus bandwidth" trailer, and which
+  // backend moved which sizes when rows were moved by another than the header names.
   void finish(int64_t total_wrong);
 
   double averageBusBandwidth() const;
@@ -97,10 +108,14 @@ class Report {
   void print(const char* fmt, ...) const __attribute__((format(printf, 2, 3)));
   void printMachine() const;
   void printMode(const ModeResult& m) const;
+  void printBaseline(const ModeResult& m) const;
+  void printRowBackends() const;
+  std::string backendText() const;  // "shm (transport gloo)"
 
   Metadata meta_;
   FILE* out_;
   bool with_baseline_ = false;
+  bool began_ = false;
   int64_t total_wrong_ = 0;
   std::vector<SweepRow> sweep_;
   std::vector<FusionRow> fusion_;

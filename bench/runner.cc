@@ -106,6 +106,43 @@ int Runner::settle(double seconds) const {
   return iterations;
 }
 
+std::map<std::string, int64_t> Runner::opCalls(const std::string& op) const {
+  const std::string prefix = "op." + op + ".", suffix = ".calls";
+  std::map<std::string, int64_t> calls;
+  for (const auto& stat : tutti::stats()) {
+    const std::string& name = stat.first;
+    if (name.size() > prefix.size() + suffix.size() && name.compare(0, prefix.size(), prefix) == 0 &&
+        name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) {
+      calls[name.substr(prefix.size(), name.size() - prefix.size() - suffix.size())] = stat.second;
+    }
+  }
+  return calls;
+}
+
+std::string Runner::movedBy(const std::string& op,
+                            const std::map<std::string, int64_t>& before) const {
+  std::string backends;
+  for (const auto& now : opCalls(op)) {
+    auto was = before.find(now.first);
+    if (now.second > (was == before.end() ? 0 : was->second)) {
+      backends += (backends.empty() ? "" : "+") + now.first;
+    }
+  }
+  return backends;
+}
+
+std::string Runner::probeAllreduce() const {
+  const auto before = opCalls("allreduce");
+  Buffer one(8);
+  TensorView v = view(one.data(), 1, options_.dtype);
+  OpOptions o;
+  o.op = options_.op;
+  Handle h = 0;
+  check(allreduceAsync("bench.probe", v, v, o, &h), "allreduce finding the backend");
+  wait(h, "allreduce finding the backend");
+  return movedBy("allreduce", before);
+}
+
 std::vector<int64_t> Runner::sumOverRanks(std::vector<int64_t> values) const {
   if (size_ == 1 || values.empty()) return values;
   TensorView v = view(values.data(), static_cast<int64_t>(values.size()), DataType::kInt64);

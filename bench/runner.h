@@ -9,6 +9,7 @@
 #include <tutti/tutti.hpp>
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -56,6 +57,15 @@ class Runner {
   // ~50 ms after init are several times slower than steady state on both. Returns the
   // number of Tutti ops run.
   int settle(double seconds) const;
+
+  // This rank's calls of `op` ("allreduce", ...) so far, by backend (the runtime's
+  // "op.<op>.<backend>.calls" counters).
+  std::map<std::string, int64_t> opCalls(const std::string& op) const;
+  // The backend(s) whose calls of `op` grew since `before`, joined by "+"; "" if none did.
+  std::string movedBy(const std::string& op, const std::map<std::string, int64_t>& before) const;
+  // One 1-element allreduce of -d and -o: the backend that moves the allreduces of fusion
+  // and latency (the runtime picks it by op and dtype; only broadcast sizes move elsewhere).
+  std::string probeAllreduce() const;
 
  private:
   const Options& options_;

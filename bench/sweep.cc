@@ -60,14 +60,32 @@ class Sweep {
     }
     send_ = std::make_unique<Buffer>(max_bytes);
     recv_ = std::make_unique<Buffer>(max_bytes);
+    const int64_t kMaxAggregatedBytes = 8ll << 30;
+    if (o_.agg_iters > 1 && max_bytes > kMaxAggregatedBytes / o_.agg_iters) {
+      throwError(StatusCode::kInvalidArgument,
+                 "tutti-bench: -m " + std::to_string(o_.agg_iters) + " with -e " +
+                     std::to_string(o_.max_bytes) + ": expected at most 8 GiB of output "
+                     "buffers (one of " + std::to_string(max_bytes) + " bytes per op)");
+    }
+    for (int k = 1; k < o_.agg_iters; ++k) {
+      aggregated_.push_back(std::make_unique<Buffer>(max_bytes));
+    }
     if (o_.check) expected_ = std::make_unique<Buffer>(max_bytes);
   }
 
   int64_t run() {
+    // The header names the backend that moves the first size (one untimed op).
+    const std::vector<int64_t> sizes = sweepSizes(o_);
+    g_ = geometry(o_.workload, sizes.front(), ts_, n_);
+    const std::string op = workloadName(o_.workload);
+    auto before = r_.opCalls(op);
+    tuttiOp(o_.workload == Workload::kBroadcast);
+    report_.setBackend(r_.movedBy(op, before));
     report_.beginSweep(r_.baseline() != nullptr);
     int64_t total_wrong = 0;
-    for (int64_t size : sweepSizes(o_)) {
+    for (int64_t size : sizes) {
       g_ = geometry(o_.workload, size, ts_, n_);
+      before = r_.opCalls(op);
       SweepRow row;
       row.bytes = g_.bytes;
       row.count = g_.param_count;
@@ -81,6 +99,7 @@ class Sweep {
           o_.workload == Workload::kAllreduce || o_.workload == Workload::kBroadcast;
       measure(false, &row.out_of_place);
       measure(true, &row.in_place);
+      row.backend = r_.movedBy(op, before);
       combine(&row);
       total_wrong += std::max<int64_t>(0, row.out_of_place.wrong) +
                      std::max<int64_t>(0, row.in_place.wrong) +
@@ -105,36 +124,50 @@ class Sweep {
   }
 
   std::string name(bool in_place) const {
-    return std::string("bench.") + workloadName(o_.workload) + "." +
-           std::to_string(g_.send_count) + (in_place ? ".ip" : ".oop");
+    return std::string("bench.") + workloadName(o_.workload) + "." + ncclTypeName(o_.dtype) +
+           "." + ncclOpName(o_.op) + "." + std::to_string(g_.send_count) +
+           (in_place ? ".ip" : ".oop");
   }
 
   // One Tutti op, submitted and waited.
-  void tuttiOp(bool in_place) {
-    const std::string nm = name(in_place);
-    char* out = recv_->data();
-    OpOptions opt;
-    opt.op = o_.op;
-    opt.root = o_.root;
-    opt.allocator = [out](const std::vector<int64_t>&) -> void* { return out; };
-    Handle h = 0;
-    TensorView in = view(in_place ? out : send_->data(), g_.send_count, o_.dtype);
-    switch (o_.workload) {
-      case Workload::kAllreduce:
-        r_.check(allreduceAsync(nm, in, view(out, g_.recv_count, o_.dtype), opt, &h), nm);
-        break;
-      case Workload::kBroadcast: r_.check(broadcastAsync(nm, in, opt, &h), nm); break;
-      case Workload::kAllgather: r_.check(allgatherAsync(nm, in, opt, &h), nm); break;
-      case Workload::kAlltoall: r_.check(alltoallAsync(nm, in, opt, &h), nm); break;
-      case Workload::kReducescatter: r_.check(reducescatterAsync(nm, in, opt, &h), nm); break;
-      default: throwError(StatusCode::kInternal, "tutti-bench: not a sweep workload");
+  void tuttiOp(bool in_place) { tuttiOps(in_place, 1); }
+
+  // `count` Tutti ops submitted together, then all waited (-m): the k-th on its own output
+  // buffer (recv_ for k = 0), so that no two write the same memory.
+  void tuttiOps(bool in_place, int count) {
+    std::vector<Handle> handles(static_cast<size_t>(count));
+    std::vector<std::string> names(static_cast<size_t>(count));
+    for (int k = 0; k < count; ++k) {
+      const std::string nm = name(in_place) + (k ? ".m" + std::to_string(k) : "");
+      names[k] = nm;
+      char* out = k ? aggregated_[k - 1]->data() : recv_->data();
+      OpOptions opt;
+      opt.op = o_.op;
+      opt.root = o_.root;
+      opt.allocator = [out](const std::vector<int64_t>&) -> void* { return out; };
+      Handle& h = handles[k];
+      TensorView in = view(in_place ? out : send_->data(), g_.send_count, o_.dtype);
+      switch (o_.workload) {
+        case Workload::kAllreduce:
+          r_.check(allreduceAsync(nm, in, view(out, g_.recv_count, o_.dtype), opt, &h), nm);
+          break;
+        case Workload::kBroadcast: r_.check(broadcastAsync(nm, in, opt, &h), nm); break;
+        case Workload::kAllgather: r_.check(allgatherAsync(nm, in, opt, &h), nm); break;
+        case Workload::kAlltoall: r_.check(alltoallAsync(nm, in, opt, &h), nm); break;
+        case Workload::kReducescatter: r_.check(reducescatterAsync(nm, in, opt, &h), nm); break;
+        default: throwError(StatusCode::kInternal, "tutti-bench: not a sweep workload");
+      }
     }
-    Result result;
-    r_.wait(h, nm, &result);
-    if (result.data && result.data != out) {
-      std::free(result.data);
-      throwError(StatusCode::kInternal, "tutti-bench: rank " + std::to_string(r_.rank()) +
-                                            ": " + nm + ": output not in the allocator's buffer");
+    for (int k = 0; k < count; ++k) {
+      char* out = k ? aggregated_[k - 1]->data() : recv_->data();
+      Result result;
+      r_.wait(handles[k], names[k], &result);
+      if (result.data && result.data != out) {
+        std::free(result.data);
+        throwError(StatusCode::kInternal, "tutti-bench: rank " + std::to_string(r_.rank()) +
+                                              ": " + names[k] +
+                                              ": output not in the allocator's buffer");
+      }
     }
   }
 
@@ -211,14 +244,15 @@ class Sweep {
         m->base_wrong = wrongNow();
       }
     }
-    for (int i = 0; i < o_.warmup_iters; ++i) tuttiOp(in_place);
+    const int agg = o_.agg_iters;
+    for (int i = 0; i < o_.warmup_iters; ++i) tuttiOps(in_place, agg);
     if (m->has_baseline) {
       for (int i = 0; i < o_.warmup_iters; ++i) baselineOp(in_place);
     }
     r_.barrier();
     double t0 = nowUs();
-    for (int i = 0; i < o_.iters; ++i) tuttiOp(in_place);
-    m->time_us = (nowUs() - t0) / o_.iters;
+    for (int i = 0; i < o_.iters; ++i) tuttiOps(in_place, agg);
+    m->time_us = (nowUs() - t0) / (static_cast<double>(o_.iters) * agg);  // per op, as nccl-tests
     if (m->has_baseline) {
       r_.barrier();
       t0 = nowUs();
@@ -263,6 +297,7 @@ class Sweep {
   const int64_t ts_;
   Geometry g_;
   std::unique_ptr<Buffer> send_, recv_, expected_;
+  std::vector<std::unique_ptr<Buffer>> aggregated_;  // -m: outputs of ops 2..m of a group
 };
 
 }  // namespace

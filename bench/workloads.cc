@@ -140,6 +140,7 @@ int64_t runFusion(Runner& runner, Report& report) {
     throwError(StatusCode::kInvalidArgument,
                "tutti-bench: -o avg with -d bool: Tutti defines no average on bool");
   }
+  report.setBackend(runner.probeAllreduce());
   report.beginFusion(runner.baseline() != nullptr);
   int64_t wrong = 0;
   for (const auto& config : o.fusion_configs) {
@@ -158,6 +159,7 @@ int64_t runLatency(Runner& runner, Report& report) {
   }
   Baseline* b = runner.baseline();
   const bool with_baseline = b != nullptr && b->supports(Workload::kAllreduce, o.dtype, o.op);
+  report.setBackend(runner.probeAllreduce());
   report.beginLatency(with_baseline);
   const int64_t ts = dataTypeSize(o.dtype);
   int64_t total_wrong = 0;

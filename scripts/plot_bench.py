@@ -1,25 +1,22 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Plot bus bandwidth against size from tutti-bench --json documents.
 
 Documents of the same configuration (workload, backend, baseline, ranks, dtype, op) are
-repeats: each point is the median over them. One line per configuration and mode for Tutti
+repeats, as are the cycles of -N: each point is the median over them; the rows of -d all or
+-o all are one configuration per type and op. One line per configuration and mode for Tutti
 (solid) and, where the run had --baseline, for the bare backend (dashed, same colour).
 --table prints the medians as Markdown tables (sweeps, fusion and latency documents alike),
-as docs/PERFORMANCE.md shows them.
+as docs/PERFORMANCE.md shows them; it needs only Python's standard library. -o needs
+matplotlib. Installed beside tutti-bench as tutti-bench-plot.
 
-    /usr/bin/python3 scripts/plot_bench.py -o docs/bench_allreduce.png run*.json
-    /usr/bin/python3 scripts/plot_bench.py --table run*.json
+    tutti-bench-plot -o docs/bench_allreduce.png run*.json
+    tutti-bench-plot --table run*.json
 """
 import argparse
 import json
 import statistics
 import sys
 from collections import OrderedDict
-
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402  (after the backend is chosen)
 
 MODES = ("out_of_place", "in_place")
 
@@ -40,6 +37,21 @@ def config_label(key):
     workload, backend, _, ranks, dtype, op = key
     return "%s %s np=%s %s" % (workload, backend, ranks, dtype) + (
         " %s" % op if workload in ("allreduce", "reducescatter") else "")
+
+
+def split_by_type(doc):
+    """A -d all / -o all document: one document per (type, redop) of its rows."""
+    by_type = OrderedDict()
+    for row in doc.get("rows", []):
+        by_type.setdefault((row.get("type"), row.get("redop")), []).append(row)
+    if len(by_type) <= 1:
+        return [doc]
+    docs = []
+    for (dtype, redop), rows in by_type.items():
+        part = dict(doc)
+        part["dtype"], part["op"], part["rows"] = dtype, redop, rows
+        docs.append(part)
+    return docs
 
 
 def median(values):
@@ -121,6 +133,15 @@ def print_tables(groups):
 
 
 def plot(groups, args):
+    try:
+        import matplotlib
+    except ImportError as e:
+        print("tutti-bench-plot: -o %s needs matplotlib (%s); --table needs only Python"
+              % (args.output, e), file=sys.stderr)
+        return 2
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
     modes = list(MODES) if args.mode == "both" else [args.mode]
     fig, ax = plt.subplots(figsize=(9, 5.5))
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
@@ -182,9 +203,19 @@ def main(argv):
 
     groups = OrderedDict()
     for path in args.json:
-        with open(path) as f:
-            doc = json.load(f)
-        groups.setdefault(config_key(doc), []).append(doc)
+        try:
+            with open(path) as f:
+                doc = json.load(f)
+        except (OSError, ValueError) as e:
+            print("tutti-bench-plot: %s: expected a tutti-bench --json document: %s" % (path, e),
+                  file=sys.stderr)
+            return 2
+        if not isinstance(doc, dict) or doc.get("tool") != "tutti-bench":
+            print("tutti-bench-plot: %s: expected a tutti-bench --json document (\"tool\": "
+                  "\"tutti-bench\"), got another JSON value" % path, file=sys.stderr)
+            return 2
+        for part in split_by_type(doc):
+            groups.setdefault(config_key(part), []).append(part)
     if args.table:
         print_tables(groups)
     return plot(groups, args) if args.output else 0

@@ -36,11 +36,13 @@ TEST_CASE("parseSize reads nccl-tests' suffixes as powers of 1024") {
   CHECK(parseSize("2GiB", "-e") == 2ll << 30);
   CHECK(parseSize("64KB", "-e") == 64 << 10);
   CHECK(parseSize("12b", "-e") == 12);
+  CHECK(parseSize("1.5M", "-e") == 3ll << 19);  // nccl-tests reads a double
+  CHECK(parseSize("0.5K", "-e") == 512);
   CHECK(parseSize("8589934591G", "-e") == 8589934591ll << 30);  // largest that fits
 }
 
 TEST_CASE("parseSize rejects junk with the flag and the text in the message") {
-  for (const char* bad : {"", "K", "-1", "1T", "1KK", "1.5M", " 1", "1 ", "0x10", "8589934592G",
+  for (const char* bad : {"", "K", "-1", "1T", "1KK", "1.5.1M", ".5M", " 1", "1 ", "0x10", "8589934592G",
                           "99999999999999999999"}) {
     INFO("text '" << bad << "'");
     try {
@@ -82,6 +84,10 @@ TEST_CASE("parseOptions: nccl-tests' defaults and flags") {
   CHECK(o.max_bytes == 32ll << 20);
   CHECK(o.iters == 20);
   CHECK(o.warmup_iters == 5);
+  CHECK(o.step_factor == 1.0);  // nccl-tests': -i's 1M is added each step
+  CHECK(o.step_bytes == 1 << 20);
+  CHECK(o.run_cycles == 1);
+  CHECK(o.notices.empty());
   CHECK(o.check);
   CHECK(o.combine == TimeCombine::kAverage);
   CHECK_FALSE(o.baseline);
@@ -128,8 +134,9 @@ TEST_CASE("parseOptions rejects what nccl-tests would not run") {
   CHECK_THROWS_AS(parse({"allreduce", "-b", "1M", "-e", "1K"}), Error);
   CHECK_THROWS_AS(parse({"allreduce", "-n", "0"}), Error);
   CHECK_THROWS_AS(parse({"allreduce", "-a", "4"}), Error);
-  CHECK_THROWS_AS(parse({"allreduce", "-f", "1"}), Error);
-  CHECK_THROWS_AS(parse({"allreduce", "-i", "0"}), Error);
+  CHECK_THROWS_AS(parse({"allreduce", "-f", "-2"}), Error);
+  CHECK_THROWS_AS(parse({"allreduce", "-b", "1K", "-e", "2K", "-i", "0"}), Error);  // no step
+  CHECK_THROWS_AS(parse({"allreduce", "-b", "0", "-e", "1G", "-i", "1"}), Error);   // 2^30 sizes
   CHECK_THROWS_AS(parse({"allreduce", "-n"}), Error);                 // missing value
   CHECK_THROWS_AS(parse({"allreduce", "--bogus", "1"}), Error);
   CHECK_THROWS_AS(parse({"fusion", "--tensors", "8"}), Error);        // needs --tensor-bytes
@@ -138,14 +145,16 @@ TEST_CASE("parseOptions rejects what nccl-tests would not run") {
 
 TEST_CASE("sweepSizes steps like nccl-tests") {
   Options o;
+  o.step_factor = 2;
   o.min_bytes = 8;
   o.max_bytes = 128;
   CHECK(sweepSizes(o) == std::vector<int64_t>{8, 16, 32, 64, 128});
   o.max_bytes = 100;  // the last size never exceeds -e
   CHECK(sweepSizes(o) == std::vector<int64_t>{8, 16, 32, 64});
+  o.step_factor = 1;
   o.step_bytes = 40;
   CHECK(sweepSizes(o) == std::vector<int64_t>{8, 48, 88});
-  o.step_bytes = 0;
+  o.step_factor = 2;
   o.min_bytes = 0;
   o.max_bytes = 4;
   CHECK(sweepSizes(o) == std::vector<int64_t>{0, 1, 2, 4});

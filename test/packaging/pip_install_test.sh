@@ -55,11 +55,12 @@ grep -E "Tutti (backends|: torch)" "$work/install.log" || true
 
 step "the installed tools, with nothing set but PATH"
 run() { env -i HOME="$work" PATH="$work/venv/bin:/usr/bin:/bin" TUTTI_TIMEOUT_SECONDS=60 "$@"; }
-for tool in tuttirun tutti-timeline tutti-bench tutti-info; do
+for tool in tuttirun tutti-timeline tutti-bench tutti-bench-plot tutti-info; do
   [ -x "$work/venv/bin/$tool" ] || { echo "FAIL: $tool is not in the venv's bin/"; exit 1; }
 done
 run tutti-info
 run tutti-bench --help > /dev/null
+run tutti-bench-plot --help > /dev/null
 run tuttirun --check-build
 cd "$work"
 run timeout 120 tuttirun -np 2 python "$here/train.py"
