@@ -12,7 +12,8 @@ launcher and size asked for, with a wall-clock deadline; the per-rank outcomes a
     scripts/horovod_compat.py --build build --python /opt/devvenv/bin/python
     scripts/horovod_compat.py --launchers tuttirun --sizes 3 -k allgather
 
-Exit status: 0 when no test failed anywhere, 1 otherwise, 2 on a deadline. The launcher's
+Exit status: 0 when no test failed anywhere, 1 otherwise (or when a run reported no test
+at all), 2 on a deadline. The launcher's
 own exit status is shown but not judged: a rank exits 0 once its outcomes are saved.
 """
 import argparse
@@ -238,6 +239,8 @@ def main():
     parser.add_argument("--show-skipped", action="store_true",
                         help="also list the skipped tests with their reasons")
     args = parser.parse_args()
+    if os.sep in args.python:  # the ranks start in a temporary directory
+        args.python = os.path.abspath(args.python)
     pytest_args = ["-k", args.keyword] if args.keyword else []
 
     status = 0
@@ -257,7 +260,7 @@ def main():
                           flush=True)
             if rc is None:
                 status = 2
-            elif counts["failed"]:
+            elif counts["failed"] or not merged:  # nothing ran: the run itself failed
                 status = max(status, 1)
     return status
 
