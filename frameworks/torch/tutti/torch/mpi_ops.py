@@ -225,8 +225,8 @@ def _adasum_async(tensors, outputs, names, prescale_factor, postscale_factor, pr
     """Adasum-reduces each tensor into its output now (tutti.torch.adasum); returns a handle
     that is complete, whose synchronize() gives result(outputs)."""
     from tutti.torch import adasum  # noqa: E402  (it imports this module)
-    for tensor in tensors:  # every check before any rank starts to exchange
-        adasum.check(tensor, None, process_set)
+    for tensor, name in zip(tensors, names):  # every check before any exchange starts
+        adasum.check(tensor, _name(name), process_set)
     for tensor, output, name in zip(tensors, outputs, names):
         _copy_back(output, adasum.allreduce(tensor, name, prescale_factor, postscale_factor,
                                             process_set))
