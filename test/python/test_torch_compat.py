@@ -14,8 +14,19 @@ import tutti.torch as hvd
 
 def test_version_and_not_built_names():
     assert isinstance(hvd.__version__, str) and hvd.__version__
+    # Feature detection: a name Tutti does not have is absent to hasattr() and getattr()
+    # with a default; using it says what to do instead (an AttributeError that is also a
+    # NotImplementedError).
+    assert not hasattr(hvd, "mpi_lib")
+    assert getattr(hvd, "mpi_lib", None) is None
     with pytest.raises(NotImplementedError, match="docs/pytorch.md"):
-        hvd.SyncBatchNorm  # noqa: B018
+        hvd.mpi_lib  # noqa: B018
+    with pytest.raises(AttributeError, match="tutti.torch._C"):
+        hvd.mpi_lib  # noqa: B018
+    for name in ("SyncBatchNorm", "Adasum", "DistributedOptimizer"):
+        assert hasattr(hvd, name)
+    import tutti
+    assert callable(tutti.run)
     # Elastic training's names, where horovod.torch has them (docs/elastic.md).
     from tutti.torch.elastic import HorovodInternalError, HostsUpdatedInterrupt
     assert HorovodInternalError is hvd.HorovodInternalError

@@ -120,8 +120,8 @@ def test_average_on_bool_is_an_error(rank, size):
 
 
 def test_adasum_and_unknown_ops(rank, size):
-    with pytest.raises(NotImplementedError):
-        hvd.allreduce(torch.ones(2), name="err.adasum", op=hvd.Adasum)
+    with pytest.raises(NotImplementedError):  # allreduce's Adasum: test_torch_adasum.py
+        hvd.reducescatter(torch.ones(size, 2), name="err.adasum", op=hvd.Adasum)
     with pytest.raises(ValueError):
         hvd.allreduce(torch.ones(2), name="err.unknown_op", op=12345)
     check_still_works("err.ops.after", size)

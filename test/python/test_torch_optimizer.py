@@ -287,3 +287,22 @@ def test_allreduces_start_during_backward(rank, size):
     assert all(h is not None for h, _ in opt._handles.values())
     opt.step()
     assert_params(model, reference_params(size))
+
+
+def test_broadcast_fresh_optimizer_state_gradients(rank, size):
+    """Creating a fresh optimizer's state leaves a trainable parameter that had no gradient
+    with a zero one (as horovod.torch does), a frozen one with none, and an existing
+    gradient as it was."""
+    model = make_model()
+    first, second = list(model.children())[0], list(model.children())[2]
+    first.bias.requires_grad_(False)
+    second.weight.grad = torch.full_like(second.weight, float(rank + 1))
+    opt = hvd.DistributedOptimizer(
+        torch.optim.SGD(model.parameters(), lr=0.001, weight_decay=1e-6, momentum=0.9,
+                        nesterov=True), named_parameters=model.named_parameters())
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    hvd.broadcast_optimizer_state(opt, root_rank=0)
+    assert first.bias.grad is None
+    assert torch.equal(first.weight.grad, torch.zeros_like(first.weight))
+    assert torch.equal(second.weight.grad, torch.full_like(second.weight, float(rank + 1)))
+    assert torch.equal(second.bias.grad, torch.zeros_like(second.bias))

@@ -5,3 +5,5 @@ Framework adapters live in subpackages; `import tutti.torch as hvd` is a drop-in
 """
 
 __version__ = "0.2.0"
+
+from tutti.runner import run  # noqa: E402,F401  (horovod.run's equivalent; no torch needed)

@@ -31,26 +31,28 @@ from tutti.torch.autograd import (
 from tutti.torch.functions import (
     allgather_object, broadcast_object, broadcast_optimizer_state, broadcast_parameters)
 from tutti.torch.optimizer import DistributedOptimizer
+from tutti.torch.sync_batch_norm import SyncBatchNorm
 from tutti.torch import elastic  # noqa: E402  (docs/elastic.md)
 from tutti.torch.elastic import HostsUpdatedInterrupt
 
-# horovod.torch names Tutti does not provide yet: using one raises NotImplementedError
-# that says what to do instead, never AttributeError.
+# horovod.torch names Tutti does not have. Using one raises an error that says what to do
+# instead: an AttributeError, so that hasattr() is False and getattr(hvd, name, None) is None
+# (feature detection), which is also a NotImplementedError.
 _NOT_BUILT = {
-    "SyncBatchNorm": "hvd.SyncBatchNorm is not implemented by Tutti; use "
-                     "torch.nn.BatchNorm* (per-rank statistics) or allreduce the statistics "
-                     "yourself with hvd.allreduce",
-    "DistributedAdasumOptimizer": "the Adasum reduction is not implemented by Tutti; use "
-                                  "hvd.DistributedOptimizer (op=hvd.Average)",
     "mpi_lib": "tutti.torch has no mpi_lib extension; its native module is tutti.torch._C",
 }
 
 
+class NotBuiltError(AttributeError, NotImplementedError):
+    """A horovod.torch name that Tutti does not have (hasattr() answers False)."""
+
+
 def __getattr__(name):
     if name in _NOT_BUILT:
-        raise NotImplementedError("tutti.torch.%s: %s (docs/pytorch.md, \"Differences from "
-                                  "horovod.torch\")" % (name, _NOT_BUILT[name]))
+        raise NotBuiltError("tutti.torch.%s: %s (docs/pytorch.md, \"Differences from "
+                            "horovod.torch\")" % (name, _NOT_BUILT[name]))
     raise AttributeError("module 'tutti.torch' has no attribute %r" % name)
+
 
 __all__ = [
     "Adasum", "add_process_set", "allgather", "allgather_async", "allgather_object",
@@ -69,5 +71,5 @@ __all__ = [
     "nccl_built", "nccl_enabled", "poll", "ProcessSet", "Product", "rank", "reducescatter",
     "reducescatter_async", "remove_process_set", "rocm_built", "shutdown", "size",
     "sparse_allreduce_async", "start_timeline", "stats", "stop_timeline", "Sum", "synchronize",
-    "TuttiError", "TuttiTimeoutError", "TuttiValueError", "__version__",
+    "SyncBatchNorm", "TuttiError", "TuttiTimeoutError", "TuttiValueError", "__version__",
 ]

@@ -75,10 +75,12 @@ def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int,
 
 def _create_optimizer_state(optimizer):
     """One step with zero gradients, so that a fresh optimizer's state exists on every rank;
-    the parameters and gradients are as before it. Gradients left by the last backward pass
-    (an elastic reset syncs mid-training) and weight decay would otherwise move the
-    parameters after they were broadcast, differently on each rank. (torch 2's SGD without
-    momentum keeps no state, so this runs at every sync of such an optimizer.)"""
+    the parameters are as before it, and so are the gradients that existed. Gradients left
+    by the last backward pass (an elastic reset syncs mid-training) and weight decay would
+    otherwise move the parameters after they were broadcast, differently on each rank.
+    (torch 2's SGD without momentum keeps no state, so this runs at every sync of such an
+    optimizer.) A trainable parameter that had no gradient keeps the zero one, as in
+    horovod.torch; a frozen one (requires_grad=False) still has none."""
     params = [p for group in optimizer.param_groups for p in group["params"]
               if p.requires_grad]
     kept = [(p, p.detach().clone(), p.grad) for p in params]
@@ -94,7 +96,10 @@ def _create_optimizer_state(optimizer):
         finally:
             for p, value, grad in kept:
                 p.copy_(value)
-                p.grad = grad
+                if grad is not None:
+                    p.grad = grad
+                else:
+                    p.grad.zero_()  # the step may have written into it
 
 
 def _to_byte_tensor(obj):
@@ -104,7 +109,11 @@ def _to_byte_tensor(obj):
 
 
 def _from_byte_tensor(tensor):
-    return pickle.loads(tensor.numpy().tobytes())
+    # Through a bytearray rather than tensor.numpy(): pip's torch does not require numpy.
+    data = bytearray(tensor.numel())
+    if data:
+        torch.frombuffer(data, dtype=torch.uint8).copy_(tensor)
+    return pickle.loads(data)
 
 
 def _object_name(name, what, process_set):

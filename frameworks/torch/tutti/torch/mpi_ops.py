@@ -15,7 +15,8 @@ import torch
 from tutti.torch import _C
 from tutti.torch.basics import ProcessSet, _noname_counters, _process_set_id, global_process_set
 
-# Reduction ops. Adasum exists for scripts that name it; Tutti does not implement it.
+# Reduction ops. Adasum is computed in Python over alltoall (tutti.torch.adasum): allreduce
+# and grouped_allreduce take it; the other reducing ops refuse it, as Horovod's do.
 Sum = _C.SUM
 Average = _C.AVERAGE
 Min = _C.MIN
@@ -118,7 +119,8 @@ def handle_average_backwards_compatibility(op: Optional[int], average: Optional[
 
 def _check_op(op, what):
     if op == Adasum:
-        raise NotImplementedError("%s: the Adasum reduction is not supported by Tutti" % what)
+        raise NotImplementedError("%s: the Adasum reduction is supported by allreduce and "
+                                  "grouped_allreduce only (as in Horovod)" % what)
     if op not in _VALID_OPS:
         raise ValueError("%s: unknown reduction op %r (expected Sum, Average, Min, Max or "
                          "Product)" % (what, op))
@@ -166,6 +168,9 @@ def _returns(value):
 def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor,
                      process_set):
     """Reduces `tensor` into `output` (which may be `tensor`: in place)."""
+    if op == Adasum:
+        return _adasum_async([tensor], [output], [name], prescale_factor, postscale_factor,
+                             process_set, lambda results: results[0])
     op = _check_op(op, "allreduce")
     set_id = _process_set_id(process_set)
     source = _contiguous(_detach(tensor))
@@ -215,15 +220,31 @@ def allreduce_(tensor: torch.Tensor, average: Optional[bool] = None,
                                         postscale_factor, process_set))
 
 
+def _adasum_async(tensors, outputs, names, prescale_factor, postscale_factor, process_set,
+                  result):
+    """Adasum-reduces each tensor into its output now (tutti.torch.adasum); returns a handle
+    that is complete, whose synchronize() gives result(outputs)."""
+    from tutti.torch import adasum  # noqa: E402  (it imports this module)
+    for tensor, name in zip(tensors, names):  # every check before any exchange starts
+        adasum.check(tensor, _name(name), process_set)
+    for tensor, output, name in zip(tensors, outputs, names):
+        _copy_back(output, adasum.allreduce(tensor, name, prescale_factor, postscale_factor,
+                                            process_set))
+    return _register_group([], lambda _: result(outputs))
+
+
 def _grouped_allreduce_async(tensors, outputs, name, op, prescale_factor,
                              postscale_factor, process_set):
-    op = _check_op(op, "grouped_allreduce")
     set_id = _process_set_id(process_set)
     tensors = list(tensors)
     if not tensors:
         raise ValueError("grouped_allreduce needs at least one tensor")
     base = _name(name) or _auto_name("grouped_allreduce", set_id)
     names = ["%s.%d" % (base, i) for i in range(len(tensors))]
+    if op == Adasum:
+        return _adasum_async(tensors, tensors if outputs is None else list(outputs), names,
+                             prescale_factor, postscale_factor, process_set, list)
+    op = _check_op(op, "grouped_allreduce")
     sources = [_contiguous(_detach(t)) for t in tensors]
     in_place = outputs is None
     targets = sources if in_place else [_contiguous(_detach(o)) for o in outputs]

@@ -13,7 +13,7 @@ from typing import Iterable, List, Optional, Tuple, Union
 import torch
 
 from tutti.torch import mpi_ops
-from tutti.torch.basics import ProcessSet, global_process_set
+from tutti.torch.basics import ProcessSet, _process_set_id, global_process_set, size
 from tutti.torch.compression import Compression
 from tutti.torch.mpi_ops import Average, synchronize
 
@@ -21,6 +21,33 @@ from tutti.torch.mpi_ops import Average, synchronize
 def _split_list(items, n):
     q, r = divmod(len(items), n)
     return [items[i * q + min(i, r):(i + 1) * q + min(i + 1, r)] for i in range(n)]
+
+
+def _name_parameters(param_groups, named_parameters):
+    """{parameter: name} from named_parameters (checked: tuples, unique names, every
+    parameter named), or "noname.<group>.<index>" names."""
+    all_params = [p for group in param_groups for p in group["params"]]
+    if named_parameters is not None:
+        named_parameters = list(named_parameters)
+    else:
+        named_parameters = [("noname.%d.%d" % (g, i), p)
+                            for g, group in enumerate(param_groups)
+                            for i, p in enumerate(group["params"])]
+    if any(not isinstance(p, tuple) for p in named_parameters):
+        raise ValueError("named_parameters should be a sequence of tuples (name, "
+                         "parameter), usually produced by model.named_parameters().")
+    names = [name for name, _ in named_parameters]
+    dups = sorted({n for n in names if names.count(n) > 1})
+    if dups:
+        raise ValueError("Parameter names in named_parameters must be unique. Found "
+                         "duplicates: %s" % ", ".join(dups))
+    named_ids = {id(p) for _, p in named_parameters}
+    unnamed = [id(p) for p in all_params if id(p) not in named_ids]
+    if unnamed:
+        raise ValueError("named_parameters was specified, but one or more model "
+                         "parameters were not named. Python object ids: %s"
+                         % ", ".join(str(i) for i in unnamed))
+    return {p: name for name, p in named_parameters}
 
 
 class _DistributedOptimizer(torch.optim.Optimizer):
@@ -35,27 +62,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._sparse_as_dense = sparse_as_dense
         self._process_set = process_set
         all_params = [p for group in self.param_groups for p in group["params"]]
-        if named_parameters is not None:
-            named_parameters = list(named_parameters)
-        else:
-            named_parameters = [("noname.%d.%d" % (g, i), p)
-                                for g, group in enumerate(self.param_groups)
-                                for i, p in enumerate(group["params"])]
-        if any(not isinstance(p, tuple) for p in named_parameters):
-            raise ValueError("named_parameters should be a sequence of tuples (name, "
-                             "parameter), usually produced by model.named_parameters().")
-        names = [name for name, _ in named_parameters]
-        dups = sorted({n for n in names if names.count(n) > 1})
-        if dups:
-            raise ValueError("Parameter names in named_parameters must be unique. Found "
-                             "duplicates: %s" % ", ".join(dups))
-        named_ids = {id(p) for _, p in named_parameters}
-        unnamed = [id(p) for p in all_params if id(p) not in named_ids]
-        if unnamed:
-            raise ValueError("named_parameters was specified, but one or more model "
-                             "parameters were not named. Python object ids: %s"
-                             % ", ".join(str(i) for i in unnamed))
-        self._parameter_names = {p: name for name, p in named_parameters}
+        self._parameter_names = _name_parameters(self.param_groups, named_parameters)
         self.backward_passes_per_step = backward_passes_per_step
         self._allreduce_delay = {p: backward_passes_per_step for p in all_params}
         self.op = op
@@ -249,6 +256,54 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         return super(self.__class__, self).zero_grad(*args, **kwargs)
 
 
+class _DistributedAdasumOptimizer(torch.optim.Optimizer):
+    """op=Adasum: each rank steps the wrapped optimizer on its own gradients, and the
+    parameter changes (the deltas) are Adasum-reduced and applied from where every rank
+    started, as horovod.torch's delta optimizer does. Methods are copied like
+    _DistributedOptimizer's."""
+    _tutti_distributed = True
+
+    def __init__(self, params, named_parameters, compression, backward_passes_per_step):
+        super(self.__class__, self).__init__(params)
+        self._compression = compression
+        self._parameter_names = _name_parameters(self.param_groups, named_parameters)
+        self.backward_passes_per_step = backward_passes_per_step
+
+    def synchronize(self):
+        """Nothing to wait for: the deltas are reduced in step()."""
+
+    @contextmanager
+    def skip_synchronize(self):
+        raise AssertionError("Skipping synchronization is not supported when using Adasum "
+                             "optimizer.")
+        yield  # pragma: no cover
+
+    def step(self, closure=None):
+        loss = closure() if closure is not None else None
+        params = sorted((p for group in self.param_groups for p in group["params"]
+                         if p.requires_grad), key=self._parameter_names.get)
+        with torch.no_grad():
+            start = [p.detach().clone() for p in params]
+            super(self.__class__, self).step()
+            deltas = []
+            for p, s in zip(params, start):
+                compressed, ctx = self._compression.compress(p.detach() - s)
+                deltas.append((compressed, ctx))
+            for p, s, (compressed, ctx) in zip(params, start, deltas):
+                synchronize(mpi_ops.allreduce_async_(
+                    compressed, name="adasum." + self._parameter_names[p],
+                    op=mpi_ops.Adasum))
+                p.copy_(s + self._compression.decompress(compressed, ctx))
+        return loss
+
+
+def _wrapper_class(optimizer, methods):
+    """A subclass of the optimizer's class with the methods of `methods`."""
+    return type(optimizer.__class__.__name__, (optimizer.__class__,),
+                {k: v for k, v in methods.__dict__.items()
+                 if k not in ("__dict__", "__weakref__", "__doc__")})
+
+
 def DistributedOptimizer(optimizer: torch.optim.Optimizer,
                          named_parameters: Optional[Iterable[Tuple[str, torch.Tensor]]] = None,
                          compression: type = Compression.none,
@@ -266,18 +321,27 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer,
     size/factor after. groups: an int (that many grouped allreduces) or a list of lists of
     parameters reduced together. sparse_as_dense: reduce sparse gradients (e.g. of
     nn.Embedding(sparse=True)) as dense tensors instead of allgathering their indices and
-    values. process_set: ranks to reduce over.
+    values. process_set: ranks to reduce over. op=Adasum (power-of-two world sizes, global
+    set): every rank steps on its own gradients and the parameter deltas are
+    Adasum-reduced, as in horovod.torch.
     """
     if gradient_predivide_factor != 1.0 and op != Average:
         raise ValueError("gradient_predivide_factor not supported with op != Average")
+    if op == mpi_ops.Adasum and size() > 1:
+        if _process_set_id(process_set) != 0:
+            raise NotImplementedError("DistributedOptimizer: Adasum works on the global "
+                                      "process set only (as in Horovod)")
+        cls = _wrapper_class(optimizer, _DistributedAdasumOptimizer)
+        return cls(optimizer.param_groups, named_parameters, compression,
+                   backward_passes_per_step)
+    if op == mpi_ops.Adasum:  # one rank: Adasum of one gradient is that gradient
+        op = mpi_ops.Sum
     mpi_ops._check_op(op, "DistributedOptimizer")
     if num_groups != 0:
         warnings.warn("Parameter `num_groups` has been replaced by `groups`",
                       DeprecationWarning)
         if groups is None:
             groups = num_groups
-    cls = type(optimizer.__class__.__name__, (optimizer.__class__,),
-               {k: v for k, v in _DistributedOptimizer.__dict__.items()
-                if k not in ("__dict__", "__weakref__")})
+    cls = _wrapper_class(optimizer, _DistributedOptimizer)
     return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step,
                op, gradient_predivide_factor, groups, sparse_as_dense, process_set)
