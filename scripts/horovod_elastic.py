@@ -56,6 +56,8 @@ import os
 import signal
 import subprocess
 import sys
+import threading
+import time
 
 from horovod.runner.elastic import driver
 
@@ -78,17 +80,24 @@ def _run_elastic(args):
     with open(LOG, "ab") as log:
         log.write(("\\n=== %s\\n" % " ".join(argv)).encode())
         log.flush()
+        start = time.monotonic()
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 start_new_session=True)
+        timer = threading.Timer(DEADLINE, os.killpg, (proc.pid, signal.SIGKILL))
+        timer.start()
+        lines = []
         try:
-            out, _ = proc.communicate(timeout=DEADLINE)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            out, _ = proc.communicate()
-            log.write(out)
-            raise TimeoutError("tuttirun did not end within %g s" % DEADLINE)
-        log.write(out)
-        log.write(("=== tuttirun exited with %d\\n" % proc.returncode).encode())
+            for line in proc.stdout:  # each line with the seconds since tuttirun started
+                lines.append(line)
+                log.write(b"%7.2f " % (time.monotonic() - start) + line)
+        finally:
+            timer.cancel()
+            proc.wait()
+        log.write(("=== tuttirun exited with %d after %.1f s\\n" % (
+            proc.returncode, time.monotonic() - start)).encode())
+    out = b"".join(lines)
+    if proc.returncode == -signal.SIGKILL:
+        raise TimeoutError("tuttirun did not end within %g s" % DEADLINE)
     if proc.returncode == 0:
         return None
     errors = [line for line in out.decode(errors="replace").splitlines()
