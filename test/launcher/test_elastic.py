@@ -1,7 +1,8 @@
 """tuttirun's elastic driver (docs/elastic.md): discovery output, blacklist cool-downs, flag
 checks, and the C++ elastic example (examples/cpp/elastic_trainer.cc) in each way a job
 ends: finished after a killed worker, finished while a replacement was starting, the reset
-limit, and tuttirun killed by SIGKILL (mid-training and while the workers wait for a world).
+limit, and tuttirun killed by SIGKILL (mid-training and while the workers wait for a world);
+and horovodrun's semantics (HorovodSemanticsTest).
 The PyTorch jobs are in test/python/test_torch_elastic.py."""
 import ctypes
 import json

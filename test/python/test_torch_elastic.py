@@ -1,5 +1,6 @@
 """Elastic jobs (docs/elastic.md): elastic_train.py, a horovod.torch elastic script, under
-tuttirun's elastic flags on this host, with a worker killed, slots added, and too few left.
+tuttirun's elastic flags on this host, with a worker killed, slots added, too few left, and
+a host dropped by discovery.
 
 These launch jobs of their own, so they run only from their own CTest entry
 (python_torch_elastic, TUTTI_ELASTIC_TESTS=1), never inside the rank-per-process suites.
