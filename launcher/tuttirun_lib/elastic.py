@@ -335,9 +335,8 @@ class Driver:
             return self.fail("no worker of generation %d is left, so the training state is "
                              "lost: stopping the job (hosts: %s)" % (
                                  self.generation, self.describe_hosts(now)))
-        target = self.o.max_np if self.o.max_np else float("inf")
-        hosts = list(self.free_slots(now))[:max(0, int(min(target, 1 << 30)) -
-                                                len(survivors))]
+        room = max(0, self.o.max_np - len(survivors)) if self.o.max_np else None
+        hosts = list(self.free_slots(now))[:room]  # None: every free slot
         count = len(survivors) + len(hosts)
         if count < self.o.min_np:
             if self.below_min_since is None:
