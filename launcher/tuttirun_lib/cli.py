@@ -174,6 +174,8 @@ def make_parser():
     el.add_argument("--blacklist-cooldown-range", type=float, nargs=2, metavar=("MIN", "MAX"),
                     help="seconds a host whose worker failed gets no workers: MIN, doubling "
                          "with each failure there up to MAX (default 60 600)")
+    el.add_argument("--keep-host-workers", action="store_true", help="a failed worker's host "
+                    "keeps its other workers (default: they are stopped, as horovodrun does)")
     el.add_argument("--discovery-interval", type=float, default=1.0, metavar="S",
                     help="seconds between runs of the discovery script (default 1)")
     add_horovodrun_flags(p)

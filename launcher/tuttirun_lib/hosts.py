@@ -83,13 +83,15 @@ class Slot:
         self.local_size = self.cross_rank = self.cross_size = 0
 
     def env(self, size):
-        """TUTTI_{RANK,SIZE,...} for this process, and the HOROVOD_* twins that scripts
-        written for horovodrun read."""
+        """TUTTI_{RANK,SIZE,...} for this process, and the HOROVOD_* twins (and
+        HOROVOD_HOSTNAME) that scripts written for horovodrun read."""
         values = {"RANK": self.rank, "SIZE": size, "LOCAL_RANK": self.local_rank,
                   "LOCAL_SIZE": self.local_size, "CROSS_RANK": self.cross_rank,
                   "CROSS_SIZE": self.cross_size}
-        return {prefix + key: str(value) for key, value in values.items()
-                for prefix in ("TUTTI_", "HOROVOD_")}
+        env = {prefix + key: str(value) for key, value in values.items()
+               for prefix in ("TUTTI_", "HOROVOD_")}
+        env["HOROVOD_HOSTNAME"] = self.host  # the host as -H or discovery names it
+        return env
 
 
 def place(hosts, np):
@@ -106,6 +108,12 @@ def place(hosts, np):
                 break
             slots.append(Slot(rank, host, local))
             rank += 1
+    return describe_world(slots)
+
+
+def describe_world(slots):
+    """Sets the local and cross sizes (and cross ranks) of `slots`, a world in rank order
+    whose local ranks are set."""
     by_host = {}
     for s in slots:
         by_host.setdefault(s.host, []).append(s)

@@ -1,9 +1,11 @@
 """tuttirun's elastic driver (docs/elastic.md): discovery output, blacklist cool-downs, flag
 checks, and the C++ elastic example (examples/cpp/elastic_trainer.cc) in each way a job
 ends: finished after a killed worker, finished while a replacement was starting, the reset
-limit, and tuttirun killed by SIGKILL (mid-training and while the workers wait for a world).
+limit, and tuttirun killed by SIGKILL (mid-training and while the workers wait for a world);
+and horovodrun's semantics (HorovodSemanticsTest).
 The PyTorch jobs are in test/python/test_torch_elastic.py."""
 import ctypes
+import json
 import os
 import select
 import signal
@@ -42,13 +44,14 @@ class ElasticDriverTest(unittest.TestCase):
                 elastic.discover(script, 1, 10)
 
     def test_blacklist_cooldown_doubles_up_to_the_maximum(self):
-        book = elastic.HostBook((10, 25))
+        book = elastic.HostBook((10, 45))
         book.slots = {"a": 2, "b": 1}
-        self.assertEqual(book.blacklist("a", 100.0), 10)
-        self.assertFalse(book.usable("a", 105.0))
-        self.assertTrue(book.usable("a", 110.0))
-        self.assertEqual(book.blacklist("a", 110.0), 20)
-        self.assertEqual(book.blacklist("a", 200.0), 25)
+        self.assertEqual(book.blacklist("a", 100.0), 20)  # 2 x MIN, as horovodrun
+        self.assertFalse(book.usable("a", 115.0))
+        self.assertEqual(book.blacklist("a", 115.0), 5)  # during its cool-down: no longer
+        self.assertTrue(book.usable("a", 120.0))
+        self.assertEqual(book.blacklist("a", 120.0), 40)
+        self.assertEqual(book.blacklist("a", 200.0), 45)
         self.assertTrue(book.usable("b", 0.0))
         self.assertFalse(book.usable("c", 0.0))  # not discovered
 
@@ -69,7 +72,8 @@ class ElasticDriverTest(unittest.TestCase):
     @unittest.skipUnless(TRAINER, "ELASTIC_TRAINER (the C++ example) not built")
     def test_cpp_trainer_survives_a_killed_worker(self):
         job = Job("gloo", 3, [TRAINER, "--steps", "120", "--die-at", "50"], limit=60,
-                  tuttirun_args=["--min-np", "2", "--blacklist-cooldown-range", "60", "60"])
+                  tuttirun_args=["--min-np", "2", "--blacklist-cooldown-range", "60", "60",
+                                 "--keep-host-workers"])
         self.assertEqual(job.left, [], job.what)
         self.assertEqual(job.rc, 0, job.what)
         self.assertLess(job.wall, 40, job.what)
@@ -81,7 +85,7 @@ class ElasticDriverTest(unittest.TestCase):
     @unittest.skipUnless(TRAINER, "ELASTIC_TRAINER (the C++ example) not built")
     def test_reset_limit_stops_the_job(self):
         job = Job("gloo", 3, [TRAINER, "--steps", "120", "--die-at", "50"], limit=60,
-                  tuttirun_args=["--min-np", "2", "--reset-limit", "0"])
+                  tuttirun_args=["--min-np", "2", "--reset-limit", "0", "--keep-host-workers"])
         self.assertEqual(job.left, [], job.what)
         self.assertEqual(job.rc, 1, job.what)
         self.assertLess(job.wall, 40, job.what)
@@ -97,7 +101,7 @@ class ElasticDriverTest(unittest.TestCase):
         job = Job("gloo", 2, [TRAINER, "--steps", "40", "--fail-at-end", "3",
                               "--linger-ms", "2000"], limit=60,
                   tuttirun_args=["-H", "localhost:2,127.0.0.1:1", "--min-np", "1",
-                                 "--max-np", "2"])
+                                 "--max-np", "2", "--keep-host-workers"])
         self.assertEqual(job.left, [], job.what)
         self.assertIn("generation 1: 2 worker(s) (w0 rank 0 on localhost, w2 rank 1 on "
                       "127.0.0.1)", job.output, job.what)
@@ -117,7 +121,9 @@ class ElasticDriverTest(unittest.TestCase):
         self.assertLess(job.wall, 20, job.what)
 
     @unittest.skipUnless(TRAINER, "ELASTIC_TRAINER (the C++ example) not built")
-    def test_discovery_script_failing_mid_job_stops_it(self):
+    def test_discovery_script_failing_mid_job_stops_it_after_the_elastic_timeout(self):
+        """Only the first discovery is fatal: later failures keep the hosts found last, for
+        at most --elastic-timeout."""
         with tempfile.TemporaryDirectory() as d:
             script = os.path.join(d, "discover.sh")
             with open(script, "w") as f:  # fine for its first 4 runs, then broken
@@ -127,12 +133,97 @@ class ElasticDriverTest(unittest.TestCase):
             os.chmod(script, 0o755)
             job = Job("gloo", 2, [TRAINER, "--steps", "100000", "--step-ms", "20"], limit=40,
                       tuttirun_args=["--min-np", "2", "--host-discovery-script", script,
-                                     "--discovery-interval", "0.5"])
+                                     "--discovery-interval", "0.5", "--elastic-timeout", "3"])
         self.assertEqual(job.left, [], job.what)
         self.assertEqual(job.rc, 1, job.what)
-        self.assertIn("error: --host-discovery-script %s exited with code 3: broken" % script,
+        self.assertIn("warning: --host-discovery-script %s exited with code 3: broken; keeping "
+                      "the hosts found last (localhost:2)" % script, job.output, job.what)
+        self.assertIn("error: --host-discovery-script %s exited with code 3: broken; no "
+                      "discovery succeeded for more than --elastic-timeout 3 s" % script,
                       job.output, job.what)
         self.assertLess(job.wall, 20, job.what)
+
+
+def _script(d, text):
+    path = os.path.join(d, "discover.sh")
+    with open(path, "w") as f:
+        f.write("#!/bin/sh\n" + text)
+    os.chmod(path, 0o755)
+    return path
+
+
+class HorovodSemanticsTest(unittest.TestCase):
+    """What horovodrun users count on (docs/elastic.md): a failed worker's host loses its
+    other workers, a job without survivors ends, a slow discovery is survived, the first
+    world takes every free slot, and workers see HOROVOD_RANK and HOROVOD_HOSTNAME."""
+
+    @unittest.skipUnless(TRAINER, "ELASTIC_TRAINER (the C++ example) not built")
+    def test_failed_worker_stops_its_hosts_other_workers(self):
+        job = Job("gloo", 3, [TRAINER, "--steps", "120", "--die-at", "50"], limit=60,
+                  tuttirun_args=["-H", "127.0.0.1:1,localhost:2", "--min-np", "1"])
+        self.assertEqual(job.left, [], job.what)
+        self.assertIn("worker w1 (pid", job.output, job.what)
+        self.assertIn("host localhost blacklisted for 120 s with its workers", job.output,
+                      job.what)
+        self.assertIn("generation 1: 1 worker(s) (w0 rank 0 on 127.0.0.1)", job.output,
+                      job.what)
+        self.assertIn("of 1 (generation 1): step 120", job.output, job.what)
+        self.assertEqual(job.rc, 0, job.what)
+
+    def test_job_without_survivors_ends_naming_the_failures(self):
+        """Every worker fails: the state is lost, so no fresh worker starts after the
+        cool-down (it would train from the beginning); the job fails at once."""
+        job = Job("gloo", 2, ["sh", "-c", "sleep 1; exit 3"], limit=40,
+                  tuttirun_args=["-H", "localhost:1,127.0.0.1:1", "--min-np", "1",
+                                 "--blacklist-cooldown-range", "0.2", "0.2"])
+        self.assertEqual(job.left, [], job.what)
+        self.assertEqual(job.rc, 1, job.what)
+        self.assertRegex(job.output, r"error: no worker of generation [01] is left, so the "
+                         r"training state is lost: stopping the job \(hosts: .*\); failed "
+                         r"worker\(s\): w[01] \(exit code 3 on [^)]*\), w[01] \(exit code 3 ",
+                         job.what)
+        self.assertNotIn("w2", job.output, job.what)
+        self.assertLess(job.wall, 15, job.what)
+
+    @unittest.skipUnless(TRAINER, "ELASTIC_TRAINER (the C++ example) not built")
+    def test_one_slow_discovery_run_is_survived(self):
+        with tempfile.TemporaryDirectory() as d:
+            script = _script(d, 'n=$(cat %s/runs 2>/dev/null || echo 0); n=$((n + 1))\n'
+                                'echo $n > %s/runs\n[ $n -ne 5 ] || sleep 3\n'
+                                'echo localhost:2\n' % (d, d))
+            job = Job("gloo", 2, [TRAINER, "--steps", "300", "--step-ms", "20"], limit=40,
+                      tuttirun_args=["--min-np", "2", "--host-discovery-script", script,
+                                     "--discovery-interval", "0.1"])
+        self.assertEqual(job.left, [], job.what)
+        self.assertIn("warning: --host-discovery-script %s did not finish within 1 s; keeping "
+                      "the hosts found last (localhost:2)" % script, job.output, job.what)
+        self.assertIn("--host-discovery-script %s works again" % script, job.output, job.what)
+        self.assertEqual(job.rc, 0, job.what)
+
+    @unittest.skipUnless(TRAINER, "ELASTIC_TRAINER (the C++ example) not built")
+    def test_first_world_takes_every_free_slot(self):
+        job = Job("gloo", 2, [TRAINER, "--steps", "40"], limit=40,
+                  tuttirun_args=["-H", "localhost:4", "--min-np", "2", "--reset-limit", "0"])
+        self.assertEqual(job.left, [], job.what)
+        self.assertIn("generation 0: 4 worker(s)", job.output, job.what)
+        self.assertNotIn("generation 1", job.output, job.what)
+        self.assertEqual(job.rc, 0, job.what)
+
+    def test_workers_get_horovods_variables(self):
+        worker = os.path.join(HERE, "worker.py")
+        for flags in (["--min-np", "2"], []):  # elastic, then the static launcher
+            r = run(["-np", "2", "-H", "localhost:1,127.0.0.1:1"] + flags +
+                    [PYTHON, worker, "env"], timeout=60)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            seen = list(json.loads(line.split(":", 1)[1]) for line in r.stdout.splitlines()
+                          if line.split(":", 1)[-1].startswith("{"))
+            seen.sort(key=lambda e: e["HOROVOD_RANK"])
+            self.assertEqual([(e["HOROVOD_RANK"], e["HOROVOD_HOSTNAME"], e["HOROVOD_SIZE"],
+                               e["HOROVOD_LOCAL_RANK"], e["HOROVOD_LOCAL_SIZE"],
+                               e["HOROVOD_CROSS_RANK"], e["HOROVOD_CROSS_SIZE"])
+                              for e in seen],
+                             [("0", "localhost", "2", "0", "1", "0", "2"),
+                              ("1", "127.0.0.1", "2", "0", "1", "1", "2")], (flags, r.stdout))
 
 
 def _set_subreaper(on):
@@ -209,7 +300,8 @@ class LauncherKilledTest(unittest.TestCase):
     @unittest.skipUnless(TRAINER, "ELASTIC_TRAINER (the C++ example) not built")
     def test_while_waiting_for_a_world(self):
         self.kill_tuttirun_when(["--steps", "100000", "--step-ms", "20", "--die-at", "5"],
-                                ["--min-np", "2"], "fewer than --min-np 2: waiting up to 20 s")
+                                ["--min-np", "2", "--keep-host-workers"],
+                                "fewer than --min-np 2: waiting up to 20 s")
 
 
 if __name__ == "__main__":

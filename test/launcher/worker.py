@@ -1,5 +1,5 @@
 """A worker for the launcher tests, started by tuttirun. Modes:
-  env                  print one JSON line: the TUTTI_* variables, X_* variables, and whether
+  env                  print one JSON line: the TUTTI_*, HOROVOD_* and X_* variables, and whether
                        the secret appears on this process's or its parent's command line
   fail RANK CODE       RANK exits with CODE after the others print their pids; others sleep
   kill RANK            RANK kills itself with SIGKILL; others sleep
@@ -36,7 +36,7 @@ def announce_and_sleep(ignore_term=False):
 if mode == "env":
     secret = os.environ.get("TUTTI_SECRET", "")
     env = {k: v for k, v in os.environ.items()
-           if k.startswith("TUTTI_") or k.startswith("X_")}
+           if k.startswith(("TUTTI_", "X_", "HOROVOD_"))}
     env["secret_on_cmdline"] = bool(secret) and (secret in cmdline(os.getpid()) or
                                                  secret in cmdline(os.getppid()))
     print(json.dumps(env, sort_keys=True), flush=True)

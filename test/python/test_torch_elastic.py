@@ -1,5 +1,6 @@
 """Elastic jobs (docs/elastic.md): elastic_train.py, a horovod.torch elastic script, under
-tuttirun's elastic flags on this host, with a worker killed, slots added, and too few left.
+tuttirun's elastic flags on this host, with a worker killed, slots added, too few left, and
+a host dropped by discovery.
 
 These launch jobs of their own, so they run only from their own CTest entry
 (python_torch_elastic, TUTTI_ELASTIC_TESTS=1), never inside the rank-per-process suites.
@@ -60,7 +61,8 @@ def test_killed_worker_job_finishes_with_the_rest_from_the_last_commit(tmp_path)
     """kill -9 of one of 4 workers mid-epoch: the other 3 restore the last commit, go on in
     generation 1, and end with the model a non-elastic run of the same world sizes makes."""
     job, records, finals = launch(
-        tmp_path, 4, ["--min-np", "2", "--blacklist-cooldown-range", "120", "120"],
+        tmp_path, 4, ["--min-np", "2", "--blacklist-cooldown-range", "120", "120",
+                      "--keep-host-workers"],
         ["--kill-rank", "2", "--kill-at", "3", "--commit-every", "2"])
     assert job.left == [] and job.rc == 0, job.what
     assert "killed by signal 9" in job.output and "generation 1: 3 worker(s)" in job.output, \
@@ -105,8 +107,38 @@ def test_discovered_slots_grow_the_job_and_new_workers_get_the_state(tmp_path):
 def test_too_few_workers_past_the_elastic_timeout_fail_the_job(tmp_path):
     """--min-np 2 with one of 2 workers killed: after --elastic-timeout the job fails with a
     message that says so, in bounded time, and nothing is left running."""
-    job, _, _ = launch(tmp_path, 2, ["--min-np", "2", "--elastic-timeout", "2"],
+    job, _, _ = launch(tmp_path, 2, ["--min-np", "2", "--elastic-timeout", "2",
+                                     "--keep-host-workers"],
                        ["--kill-rank", "1", "--kill-at", "1"])
     assert job.left == [] and job.rc == 1, job.what
     assert "fewer than --min-np 2, for more than --elastic-timeout 2 s" in job.output, job.what
     assert job.wall < 40, job.what
+
+
+def test_dropped_host_leaves_at_its_next_commit(tmp_path):
+    """Discovery drops rank 0's host at step 3: its worker has no seat in generation 1 and
+    leaves at the next commit (step 4) with the others, which go on from there without a
+    restore; the launcher stops the dropped worker once generation 1 has formed."""
+    hosts = tmp_path / "hosts"
+    hosts.write_text("localhost:1\n127.0.0.1:1\n")
+    script = tmp_path / "discover.sh"
+    script.write_text("#!/bin/sh\ncat %s\n" % hosts)
+    script.chmod(0o755)
+    job, records, finals = launch(
+        tmp_path, 2, ["--min-np", "1", "--host-discovery-script", str(script),
+                      "--discovery-interval", "0.2"],
+        ["--grow-file", str(hosts), "--grow-hosts", "127.0.0.1:1", "--grow-at", "3",
+         "--commit-every", "2"])
+    assert job.left == [] and job.rc == 0, job.what
+    assert "host localhost: no longer discovered; worker w0 has no seat in the next " \
+        "generation" in job.output, job.what
+    assert "generation 1: 1 worker(s) (w1 rank 0 on 127.0.0.1)" in job.output, job.what
+    assert "has not left" not in job.output, job.what
+    done = [r for r in records if r["event"] == "done"]
+    assert [(r["worker"], r["size"], r["gen"]) for r in done] == [("w1", 1, 1)], job.what
+    starts = [r["batch"] for r in records if r["event"] == "start" and r["gen"] == 1]
+    assert starts == [4], "w1 did not go on from the commit after step 3: %s" % starts
+    schedule = schedule_of(records)
+    assert schedule[:4] == [2, 2, 2, 2] and set(schedule[4:]) == {1}, schedule
+    assert_same(finals, list(elastic_train.replay(schedule, 2, 0.05, 2).parameters()),
+                "elastic vs replay " + str(schedule))

@@ -24,6 +24,8 @@ from tutti.torch.elastic.state import HostsUpdatedInterrupt, ObjectState, State,
 # Resets one run() may go through; the launcher's --reset-limit and --elastic-timeout stop
 # the job long before in practice, this only bounds the loop.
 MAX_RESETS = 100000
+# Pause between failed inits of one reset (a world still forming, or none for this worker).
+RETRY_SECONDS = 0.1
 
 
 def _reset():
@@ -66,6 +68,7 @@ def run(func):
                 except HorovodInternalError as e:
                     if not _recoverable(e) or time.monotonic() > deadline:
                         raise
+                    time.sleep(RETRY_SECONDS)
             state.on_reset()
         raise HorovodInternalError("tutti.torch.elastic.run: %d resets without finishing"
                                    % MAX_RESETS)

@@ -21,6 +21,17 @@ def _bcast_object(obj):
     return functions.broadcast_object(obj, root_rank=0, name="tutti.elastic.state")
 
 
+class _HostUpdates:
+    """`State._host_messages`: what Horovod's State keeps as a queue of the launcher's host
+    notices, which scripts written for it (Horovod's own elastic tests among them) poll with
+    empty(). Here empty() asks the launcher whether it published a newer world."""
+
+    def empty(self):
+        if basics._C.elastic_generation() < 0:
+            return True
+        return not basics._C.hosts_updated()
+
+
 class State:
     """In-memory state of an elastic job, kept the same on every worker.
 
@@ -30,6 +41,8 @@ class State:
 
     def __init__(self):
         self._reset_callbacks = []
+        self._host_messages = _HostUpdates()
+        self._last_updated_timestamp = 0  # Horovod's; kept for scripts that reset it
 
     def register_reset_callbacks(self, callbacks):
         """Functions called (no arguments) after every reset, e.g. to rescale the learning
