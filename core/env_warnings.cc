@@ -74,7 +74,7 @@ const std::vector<HorovodUnread>& horovodWithoutTwin() {
       {"HOROVOD_BATCH_D2D_MEMCOPIES", "Tutti has no such switch"},
       {"HOROVOD_CCL_CACHE", "Tutti has no oneCCL backend"},
       {"HOROVOD_CONTROLLER",
-       "the launcher decides; TUTTI_CPU_OPERATIONS picks the CPU backend (mpi, gloo)"},
+       "the launcher decides; TUTTI_CPU_OPERATIONS picks the CPU backend"},
       {"HOROVOD_DISABLE_GROUP_FUSION", "Tutti has no such switch"},
       {"HOROVOD_DISABLE_NVTX_RANGES", "Tutti emits no NVTX ranges"},
       {"HOROVOD_DYNAMIC_PROCESS_SETS", "Tutti's process sets can always be added at run time"},
