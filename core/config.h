@@ -110,8 +110,9 @@ const std::vector<HorovodTwin>& horovodTwins();
 Config parseConfig(const std::map<std::string, std::string>* env = nullptr);
 
 // What rank 0 warns of at init: HOROVOD_ variables of Horovod's runtime that have no Tutti
-// twin (horovodWithoutTwin), TUTTI_ names that are not, but are close to, a variable of the
-// table, and `unusable` launchers (LauncherEnv). One entry each, in name order.
+// twin (horovodWithoutTwin) and TUTTI_ names that are not, but are close to, a variable of
+// the table, one entry each in name order (parseConfig adds the launchers it cannot use,
+// LauncherEnv::unusable, to the same line).
 struct HorovodUnread {
   const char* horovod;
   const char* instead;  // what Tutti does or offers instead
