@@ -107,11 +107,13 @@ HostedRendezvous torchrunRendezvous(const Reader& r, const Topology& t) {
   h.host_from = "MASTER_ADDR";
   const int master_port = r.number("MASTER_PORT", 1, 65535);
   h.port = torchrunRendezvousPort(master_port);
-  h.port_from = "MASTER_PORT " + std::to_string(master_port) + (h.port > master_port ? " + 1" : " - 1");
-  h.identity = "torchrun " + (r.has("TORCHELASTIC_RUN_ID") ? r.get("TORCHELASTIC_RUN_ID") : "-") +
-               " restart " + (r.has("TORCHELASTIC_RESTART_COUNT") ? r.get("TORCHELASTIC_RESTART_COUNT") : "0") +
-               " at " + h.host + ":" + std::to_string(master_port) + " of " +
-               std::to_string(t.size);
+  h.port_from =
+      "MASTER_PORT " + std::to_string(master_port) + (h.port > master_port ? " + 1" : " - 1");
+  const std::string run = r.has("TORCHELASTIC_RUN_ID") ? r.get("TORCHELASTIC_RUN_ID") : "-";
+  const std::string restart =
+      r.has("TORCHELASTIC_RESTART_COUNT") ? r.get("TORCHELASTIC_RESTART_COUNT") : "0";
+  h.identity = "torchrun " + run + " restart " + restart + " at " + h.host + ":" +
+               std::to_string(master_port) + " of " + std::to_string(t.size);
   h.one_host = t.local_given && t.local_size == t.size;
   h.home = r.get("HOME");
   return h;
@@ -143,8 +145,8 @@ HostedRendezvous hydraRendezvous(const Reader& r, const Topology& t) {
     h.missing = "gloo under " + job + ": hydra tells no rank where rank 0 could serve the " +
                 "job's rendezvous, so set " +
                 (h.host.empty() ? "TUTTI_RENDEZVOUS_ADDR to rank 0's host and " : "") +
-                "TUTTI_RENDEZVOUS_PORT to a free port on it, for every rank (mpiexec.hydra "
-                "-genv TUTTI_RENDEZVOUS_PORT 29650" +
+                "TUTTI_RENDEZVOUS_PORT to a free port on rank 0's host, for every rank "
+                "(mpiexec.hydra -genv TUTTI_RENDEZVOUS_PORT 29650" +
                 (h.host.empty() ? " -genv TUTTI_RENDEZVOUS_ADDR node1" : "") + " ...)";
   h.identity = "hydra job of " + std::to_string(t.size) + " at " + h.host + ":" +
                std::to_string(h.port);
@@ -201,8 +203,9 @@ LauncherEnv parseLauncherEnv(const Env& env) {
     out.unusable.push_back(
         "RANK=" + r.get("RANK") + " and WORLD_SIZE=" + r.get("WORLD_SIZE") +
         " are set (torch.distributed's) but " +
-        (r.has("MASTER_ADDR") ? "MASTER_PORT is" : r.has("MASTER_PORT") ? "MASTER_ADDR is"
-                                                                        : "MASTER_ADDR and MASTER_PORT are") +
+        (r.has("MASTER_ADDR")   ? "MASTER_PORT is"
+         : r.has("MASTER_PORT") ? "MASTER_ADDR is"
+                                : "MASTER_ADDR and MASTER_PORT are") +
         " not, so rank 0's address is unknown: this process runs as a world of one (set "
         "both, or start the job with torchrun, tuttirun, mpirun or srun)");
   if (r.has("PMI_RANK") != r.has("PMI_SIZE") && !r.has("SLURM_STEP_ID"))

@@ -128,7 +128,9 @@ void makeSecretFile(const std::string& home, const std::string& who) {
     throwError(StatusCode::kInvalidArgument,
                who + ": cannot make " + path + ": " + std::strerror(errno) +
                    " (export TUTTI_SECRET=$(openssl rand -hex 32) instead)");
-  logLine(LogLevel::kInfo, who + ": made the job secret " + path + " (mode 0600; docs/launcher.md)");
+  if (logEnabled(LogLevel::kInfo))
+    logLine(LogLevel::kInfo,
+            who + ": made the job secret " + path + " (mode 0600; docs/env_vars.md)");
 }
 
 }  // namespace
