@@ -31,6 +31,19 @@ struct SlurmStep {
   std::string home;             // HOME: where ~/.tutti/secret is looked for
 };
 
+// torchrun and hydra (MPICH, Intel MPI) have no rendezvous Tutti can use: under gloo rank 0
+// serves one, as under srun, where their variables say (core/launcher_env.h).
+struct HostedRendezvous {
+  std::string launcher;        // "torchrun", "hydra": for messages
+  std::string host, host_from; // where the other ranks reach rank 0, and what said so
+  int port = 0;                // 0: none known (`missing` says what to set)
+  std::string port_from;
+  std::string identity;        // the job's, checked by every rank against rank 0's
+  bool one_host = false;       // every rank on rank 0's host: a missing secret may be made
+  std::string home;            // HOME: where ~/.tutti/secret is looked for
+  std::string missing;         // why no rendezvous can be had, said when gloo connects
+};
+
 struct BackendOptions {
   // This process in the job: world rank and size as the launcher gave them, local rank (the
   // NCCL device is local rank % devices; measured at init before any backend is made), and
@@ -46,6 +59,7 @@ struct BackendOptions {
   std::string secret;                    // TUTTI_SECRET (hex), or read from TUTTI_SECRET_FILE
   std::string gloo_iface;                // TUTTI_GLOO_IFACE
   SlurmStep slurm;                       // set when launcher == "Slurm"
+  HostedRendezvous hosted;               // set when launcher is "torchrun" or "hydra"
   ElasticWorker elastic;                 // set when launcher == "tuttirun elastic"
   // Shared memory and hierarchical collectives (the registry's composition).
   bool shm = true;                       // TUTTI_SHM

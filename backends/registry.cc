@@ -45,6 +45,8 @@ std::string defaultCpuOperations(const BackendOptions& options) {
   if (!options.rendezvous_addr.empty()) return "gloo";
   if (options.launcher == "Open MPI") return "mpi";
   if (options.size == 1) return "loopback";
+  // torchrun and hydra: rank 0 serves gloo's rendezvous (an Open MPI build cannot join them).
+  if (!options.hosted.launcher.empty()) return "gloo";
   // Launched by Slurm or with only TUTTI_* topology: MPI if we have it, else gloo.
   return backendBuiltByName("mpi") ? "mpi" : "gloo";
 }

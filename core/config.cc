@@ -1,9 +1,12 @@
 #include "core/config.h"
 
+#include "core/launcher_env.h"
+
 #include "base/common.h"
 #include "base/logging.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <cerrno>
 #include <cstdlib>
@@ -69,6 +72,14 @@ const std::vector<std::string> kLogLevels = [] {
 
 }  // namespace
 
+int64_t parseIntVariable(const char* name, const std::string& value, int64_t lo, int64_t hi) {
+  return parseInt(name, value, lo, hi);
+}
+
+double parseDoubleVariable(const char* name, const std::string& value, double lo, double hi) {
+  return parseDouble(name, value, lo, hi);
+}
+
 const std::vector<ConfigVar>& configTable() {
   static const std::vector<ConfigVar> table = {
       {"TUTTI_FUSION_THRESHOLD", "bytes", "134217728", "[0, 2^40]",
@@ -95,8 +106,9 @@ const std::vector<ConfigVar>& configTable() {
        }},
       {"TUTTI_CPU_OPERATIONS", "enum", "(from the launcher)", "mpi, gloo, loopback",
        "Backend for CPU tensors and negotiation. Default: mpi under mpirun, gloo under "
-       "tuttirun --gloo, loopback for a single process; under srun mpi when this build has "
-       "it, else gloo (set gloo to run without MPI: rank 0 then hosts the rendezvous).",
+       "tuttirun --gloo, gloo under torchrun and hydra, loopback for a single process; under "
+       "srun mpi when this build has it, else gloo (set gloo to run without MPI: rank 0 then "
+       "hosts the rendezvous).",
        [](const std::string& v, Config& c) {
          c.cpu_operations = parseChoice("TUTTI_CPU_OPERATIONS", v, {"mpi", "gloo", "loopback"});
        }, AcrossRanks::kConnect},
@@ -231,14 +243,15 @@ const std::vector<ConfigVar>& configTable() {
        "Network interface for gloo's TCP pairs (tuttirun --network-interface).",
        [](const std::string& v, Config& c) { c.gloo_iface = v; }},
       {"TUTTI_RENDEZVOUS_ADDR", "string", "(unset)", "host or IP",
-       "Address of tuttirun's rendezvous server (set by tuttirun). Under srun with gloo: the "
-       "address at which the other ranks reach rank 0's server (default: the first node of "
-       "SLURM_STEP_NODELIST).",
+       "Address of tuttirun's rendezvous server (set by tuttirun). Under srun, torchrun or "
+       "hydra with gloo: the address at which the other ranks reach rank 0's server "
+       "(default: the first node of SLURM_STEP_NODELIST; MASTER_ADDR; 127.0.0.1 for hydra "
+       "on one host, required across hosts).",
        [](const std::string& v, Config& c) { c.rendezvous_addr = v; }, AcrossRanks::kConnect},
       {"TUTTI_RENDEZVOUS_PORT", "int", "0", "[0, 65535]",
-       "Port of tuttirun's rendezvous server (set by tuttirun). Under srun with gloo: the "
-       "port rank 0's server listens on (default: 20000 + (SLURM_JOB_ID mod 750) * 16 + "
-       "SLURM_STEP_ID mod 16).",
+       "Port of tuttirun's rendezvous server (set by tuttirun). Under srun, torchrun or hydra "
+       "with gloo: the port rank 0's server listens on (default: 20000 + (SLURM_JOB_ID mod "
+       "750) * 16 + SLURM_STEP_ID mod 16; MASTER_PORT + 1; required for hydra).",
        [](const std::string& v, Config& c) {
          c.rendezvous_port = static_cast<int>(parseInt("TUTTI_RENDEZVOUS_PORT", v, 0, 65535));
        }, AcrossRanks::kConnect},
@@ -317,93 +330,6 @@ std::map<std::string, std::string> processEnvironment() {
   return env;
 }
 
-// The first launcher whose rank and size are present gives them. Local and cross rank and
-// size are measured at init (core/topology.h); what the launcher says of them is kept to be
-// checked. Slurm's SLURM_LOCALID/SLURM_NODEID are not Horovod's local/cross values on every
-// layout (SLURM_NTASKS_PER_NODE is set only with --ntasks-per-node; node ids count nodes,
-// not ranks with the same local rank), so Slurm gives rank and size only, and only to a
-// task of a job step (SLURM_STEP_ID set: started by srun). A program run straight from an
-// sbatch script sees SLURM_PROCID=0 and the job's SLURM_NTASKS too, yet it is one process.
-Topology parseTopology(const std::map<std::string, std::string>& env) {
-  struct Source {
-    const char* label;
-    const char *rank, *size, *local_rank, *local_size, *cross_rank, *cross_size;
-  };
-  static const Source sources[] = {
-      {"tuttirun", "TUTTI_RANK", "TUTTI_SIZE", "TUTTI_LOCAL_RANK", "TUTTI_LOCAL_SIZE",
-       "TUTTI_CROSS_RANK", "TUTTI_CROSS_SIZE"},
-      {"Open MPI", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
-       "OMPI_COMM_WORLD_LOCAL_SIZE", nullptr, nullptr},
-      {"Slurm", "SLURM_PROCID", "SLURM_STEP_NUM_TASKS", nullptr, nullptr, nullptr, nullptr},
-  };
-  auto has = [&](const char* key) {
-    if (key == nullptr) return false;
-    auto it = env.find(key);
-    return it != env.end() && !it->second.empty();
-  };
-  auto get = [&](const char* key, int lo, int hi) -> int {
-    return static_cast<int>(parseInt(key, env.at(key), lo, hi));
-  };
-  if (has("TUTTI_ELASTIC_WORKER")) {  // rank and size come from the rendezvous (ElasticWorker)
-    Topology t;
-    t.source = "tuttirun elastic";
-    return t;
-  }
-  for (const auto& s : sources) {
-    if (!has(s.rank) || !has(s.size)) continue;
-    if (s.rank == std::string("SLURM_PROCID") && !has("SLURM_STEP_ID")) continue;
-    Topology t;
-    t.source = s.label;
-    t.size = get(s.size, 1, 1 << 24);
-    t.rank = get(s.rank, 0, t.size - 1);
-    // Until measured: every rank on a host of its own.
-    t.cross_rank = t.rank;
-    t.cross_size = t.size;
-    if (has(s.local_rank) && has(s.local_size)) {
-      t.local_given = true;
-      t.local_size = get(s.local_size, 1, t.size);
-      t.local_rank = get(s.local_rank, 0, t.local_size - 1);
-    }
-    if (has(s.cross_rank) && has(s.cross_size)) {
-      t.cross_given = true;
-      t.cross_size = get(s.cross_size, 1, t.size);
-      t.cross_rank = get(s.cross_rank, 0, t.cross_size - 1);
-    }
-    return t;
-  }
-  return Topology();
-}
-
-SlurmStep parseSlurmStep(const std::map<std::string, std::string>& env) {
-  auto get = [&](const char* key) {
-    auto it = env.find(key);
-    return it == env.end() ? std::string() : it->second;
-  };
-  SlurmStep step;
-  step.job_id = get("SLURM_JOB_ID");
-  step.step_id = get("SLURM_STEP_ID");
-  step.node_list = get("SLURM_STEP_NODELIST");
-  if (step.node_list.empty()) step.node_list = get("SLURM_JOB_NODELIST");
-  if (!get("SLURM_NODEID").empty())
-    step.node_id = static_cast<int>(parseInt("SLURM_NODEID", get("SLURM_NODEID"), 0, 1 << 24));
-  step.node_name = get("SLURMD_NODENAME");
-  step.pmi = !get("PMIX_RANK").empty() || !get("PMI_RANK").empty() || !get("PMI_FD").empty();
-  step.home = get("HOME");
-  return step;
-}
-
-ElasticWorker parseElasticWorker(const std::map<std::string, std::string>& env) {
-  ElasticWorker w;
-  w.id = env.at("TUTTI_ELASTIC_WORKER");
-  auto it = env.find("TUTTI_ELASTIC_GENERATION");
-  if (it != env.end())
-    w.first_generation = parseInt("TUTTI_ELASTIC_GENERATION", it->second, 0, int64_t(1) << 40);
-  it = env.find("TUTTI_ELASTIC_TIMEOUT");
-  if (it != env.end())
-    w.timeout_seconds = parseDouble("TUTTI_ELASTIC_TIMEOUT", it->second, 0.001, 1e7);
-  return w;
-}
-
 }  // namespace
 
 Config parseConfig(const std::map<std::string, std::string>* env_in) {
@@ -432,16 +358,28 @@ Config parseConfig(const std::map<std::string, std::string>* env_in) {
     for (std::string name; std::getline(names, name, ',');)
       if (!name.empty()) config.from_launcher.push_back(name);
   }
-  config.topology = parseTopology(env);
-  if (config.topology.source == "Slurm") config.slurm = parseSlurmStep(env);
-  if (config.topology.source == "tuttirun elastic") config.elastic = parseElasticWorker(env);
-  // One line, from rank 0 of a real job (not for an environment a caller made up).
-  if (env_in == nullptr && !notes.empty() && config.topology.rank == 0 &&
-      config.log_level <= LogLevel::kWarning) {
-    std::string line;
-    for (const auto& note : notes) line += (line.empty() ? "" : "; ") + note;
-    logLine(LogLevel::kInfo, line + " (Horovod's variables count where the TUTTI_ one is unset; "
-                             "docs/env_vars.md)");
+  LauncherEnv launcher_env = parseLauncherEnv(env);
+  config.topology = launcher_env.topology;
+  config.slurm = launcher_env.slurm;
+  config.hosted = launcher_env.hosted;
+  config.elastic = launcher_env.elastic;
+  // From rank 0 of a real job only (not for an environment a caller made up), one line each.
+  if (env_in == nullptr && config.topology.rank == 0) {
+    if (!notes.empty() && config.log_level <= LogLevel::kWarning) {
+      std::string line;
+      for (const auto& note : notes) line += (line.empty() ? "" : "; ") + note;
+      logLine(LogLevel::kInfo, line + " (Horovod's variables count where the TUTTI_ one is "
+                               "unset; docs/env_vars.md)");
+    }
+    // Once per process: an init after shutdown (or an elastic reset) does not repeat it.
+    static std::atomic<bool> warned{false};
+    auto warnings = environmentWarnings(own);
+    warnings.insert(warnings.end(), launcher_env.unusable.begin(), launcher_env.unusable.end());
+    if (!warnings.empty() && config.log_level <= LogLevel::kWarning && !warned.exchange(true)) {
+      std::string line;
+      for (const auto& w : warnings) line += (line.empty() ? "" : "; ") + w;
+      logLine(LogLevel::kWarning, line + " (docs/env_vars.md)");
+    }
   }
   return config;
 }
@@ -478,6 +416,7 @@ BackendOptions backendOptions(const Config& config) {
   o.secret = config.secret;
   o.gloo_iface = config.gloo_iface;
   o.slurm = config.slurm;
+  o.hosted = config.hosted;
   o.elastic = config.elastic;
   o.shm = config.shm;
   o.shm_buffer_bytes = config.shm_buffer_bytes;

@@ -23,7 +23,7 @@ struct Topology {
   bool local_given = false, cross_given = false;
 };
 
-// ElasticWorker and SlurmStep: backends/options.h (the backends read them).
+// ElasticWorker, SlurmStep and HostedRendezvous: backends/options.h (the backends read them).
 struct Config {
   int64_t fusion_threshold = 128ll << 20;
   std::string pipeline = "auto";  // TUTTI_PIPELINE: auto, 0, 1 (Runtime::pipelined())
@@ -55,6 +55,7 @@ struct Config {
   bool hierarchical_allgather = true;     // sets across hosts (TUTTI_HIERARCHICAL_ALLGATHER)
   Topology topology;
   SlurmStep slurm;          // set when topology.source == "Slurm"
+  HostedRendezvous hosted;  // set when topology.source is "torchrun" or "hydra"
   ElasticWorker elastic;    // set when topology.source == "tuttirun elastic"
   // Where the settings came from (parseConfig): the variables the environment gave, with
   // their values, and those among them that tuttirun set from its flags
@@ -101,10 +102,29 @@ struct HorovodTwin {
 const std::vector<HorovodTwin>& horovodTwins();
 
 // Reads every variable of the table (or its HOROVOD_ twin) from `env` (the process
-// environment when null) and the topology from tuttirun, Open MPI or Slurm variables.
+// environment when null) and the topology from the launcher's variables
+// (core/launcher_env.h). Rank 0 of a job read from the process environment warns once,
+// in one line, of HOROVOD_ variables Tutti does not read and of misspelt TUTTI_ names
+// (environmentWarnings).
 // Throws Error(kInvalidArgument) on the first bad value: "TUTTI_CYCLE_TIME_MS='abc':
 // expected a number in [0, 10000]" (a twin's: "HOROVOD_CYCLE_TIME (read as ...): ...").
 Config parseConfig(const std::map<std::string, std::string>* env = nullptr);
+
+// What rank 0 warns of at init: HOROVOD_ variables of Horovod's runtime that have no Tutti
+// twin (horovodWithoutTwin) and TUTTI_ names that are not, but are close to, a variable of
+// the table, one entry each in name order (parseConfig adds the launchers it cannot use,
+// LauncherEnv::unusable, to the same line).
+struct HorovodUnread {
+  const char* horovod;
+  const char* instead;  // what Tutti does or offers instead
+};
+const std::vector<HorovodUnread>& horovodWithoutTwin();
+std::vector<std::string> environmentWarnings(const std::map<std::string, std::string>& env);
+
+// The table's parsers, for the launchers' variables (core/launcher_env.cc): the same
+// messages ("NAME='v': expected an integer in [lo, hi]").
+int64_t parseIntVariable(const char* name, const std::string& value, int64_t lo, int64_t hi);
+double parseDoubleVariable(const char* name, const std::string& value, double lo, double hi);
 
 // One line per variable of the table: "TUTTI_X=value (default|environment|tuttirun)",
 // secrets shown as "(set)". tutti-info prints them; init logs them at info.

@@ -9,6 +9,9 @@
 # one-node Slurm; installing it starts no daemon where policy-rc.d forbids it (containers),
 # and test/slurm/slurm.sh uses its own key, config and ports either way. Open MPI reaches
 # Slurm's PMIx plugin (srun --mpi=pmix) through Debian's libpmix, a dependency of both.
+# MPICH (mpich) is only for its launcher, mpiexec.hydra, under which test/integration's
+# launcher test runs a job: its alternatives have priority 40 against Open MPI's 50, so
+# mpirun, mpiexec, mpicc and libmpi.so stay Open MPI's.
 # Optional packages missing from the release (e.g. python3-torch) are skipped with a notice;
 # the tests that need them are then not registered.
 #
@@ -30,6 +33,7 @@ REQUIRED=(
   libssl-dev
   openssh-client openssh-server iproute2 procps
   slurmctld slurmd slurm-client munge
+  mpich
 )
 OPTIONAL=(python3-torch libtorch-dev python3-matplotlib)
 TORCH_VERSION=${TORCH_VERSION:-2.13.0}

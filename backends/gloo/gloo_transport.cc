@@ -1,6 +1,7 @@
 // gloo transport.
 //  1. Connect to tuttirun's rendezvous server (RendezvousClient, HMAC-authenticated); under
-//     plain srun rank 0 hosts the server itself (backends/gloo/slurm_rendezvous.h).
+//     plain srun, torchrun and hydra rank 0 hosts the server itself
+//     (backends/gloo/slurm_rendezvous.h).
 //  2. Open one gloo TCP device on TUTTI_GLOO_IFACE, or else on the local address that
 //     routes to the rendezvous server (127.0.0.1 for a single-host job).
 //  3. Per process set and plane ("control" / "data"): a gloo::rendezvous::Context over a
@@ -102,12 +103,14 @@ class GlooTransport : public Transport {
                                                    std::to_string(size_));
     std::string host = options.rendezvous_addr;
     int port = options.rendezvous_port;
-    if (options.launcher == "Slurm") {
-      auto slurm = detail::connectSlurmRendezvous(options, generation_);
-      server_ = std::move(slurm.server);
-      store_ = std::move(slurm.client);
-      host = slurm.host;
-      port = slurm.port;
+    if (options.launcher == "Slurm" || !options.hosted.launcher.empty()) {
+      auto served = options.launcher == "Slurm"
+                        ? detail::connectSlurmRendezvous(options, generation_)
+                        : detail::connectHostedRendezvous(options, generation_);
+      server_ = std::move(served.server);
+      store_ = std::move(served.client);
+      host = served.host;
+      port = served.port;
     } else {
       if (host.empty() || port <= 0)
         throwError(StatusCode::kInvalidArgument,

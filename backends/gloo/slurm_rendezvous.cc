@@ -1,13 +1,16 @@
 #include "backends/gloo/slurm_rendezvous.h"
 
 #include "base/common.h"
+#include "base/logging.h"
 
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <thread>
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -91,6 +94,45 @@ std::string readSecretFile(const std::string& path) {
   return decodeHexSecret(line);
 }
 
+// Makes `home`/.tutti/secret: 32 random bytes as hex, written to a file of mode 0600 under
+// another name and linked into place, so that no rank reads half a key and a key another
+// process made first is kept.
+void makeSecretFile(const std::string& home, const std::string& who) {
+  const std::string dir = home + "/.tutti", path = dir + "/secret";
+  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST)
+    throwError(StatusCode::kInvalidArgument,
+               who + ": cannot make " + dir + " for the job's secret: " + std::strerror(errno) +
+                   " (export TUTTI_SECRET=$(openssl rand -hex 32) instead)");
+  unsigned char raw[32];
+  std::ifstream random("/dev/urandom", std::ios::binary);
+  if (!random.read(reinterpret_cast<char*>(raw), sizeof raw))
+    throwError(StatusCode::kInternal, who + ": cannot read /dev/urandom for the job's secret");
+  static const char digits[] = "0123456789abcdef";
+  std::string hex;
+  for (unsigned char b : raw) {
+    hex += digits[b >> 4];
+    hex += digits[b & 15];
+  }
+  hex += "\n";
+  const std::string tmp = path + ".new." + std::to_string(::getpid());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600);
+  if (fd < 0)
+    throwError(StatusCode::kInvalidArgument,
+               who + ": cannot write " + tmp + ": " + std::strerror(errno) +
+                   " (export TUTTI_SECRET=$(openssl rand -hex 32) instead)");
+  const bool written = ::write(fd, hex.data(), hex.size()) == static_cast<ssize_t>(hex.size());
+  ::close(fd);
+  const bool linked = written && (::link(tmp.c_str(), path.c_str()) == 0 || errno == EEXIST);
+  ::unlink(tmp.c_str());
+  if (!linked)
+    throwError(StatusCode::kInvalidArgument,
+               who + ": cannot make " + path + ": " + std::strerror(errno) +
+                   " (export TUTTI_SECRET=$(openssl rand -hex 32) instead)");
+  if (logEnabled(LogLevel::kInfo))
+    logLine(LogLevel::kInfo,
+            who + ": made the job secret " + path + " (mode 0600; docs/env_vars.md)");
+}
+
 }  // namespace
 
 std::vector<std::string> expandHostlist(const std::string& list, const std::string& what,
@@ -120,63 +162,56 @@ int slurmRendezvousPort(const std::string& job_id, const std::string& step_id) {
   return static_cast<int>(20000 + job * 16 + step);
 }
 
-std::string slurmSecret(const BackendOptions& options) {
+std::string jobSecret(const std::string& hex, const std::string& home, const std::string& who,
+                      const std::string& before, bool make, bool first,
+                      Clock::time_point deadline) {
   std::string secret;
   std::string from = "TUTTI_SECRET";
-  if (!options.secret.empty()) {
-    secret = decodeHexSecret(options.secret);
-  } else if (!options.slurm.home.empty()) {
-    from = options.slurm.home + "/.tutti/secret";
+  if (!hex.empty()) {
+    secret = decodeHexSecret(hex);
+  } else if (!home.empty()) {
+    from = home + "/.tutti/secret";
     secret = readSecretFile(from);
+    if (secret.empty() && make && first) makeSecretFile(home, who);
+    // The others wait for rank 0's file (it may start later than they do).
+    while (secret.empty() && make && Clock::now() < deadline) {
+      secret = readSecretFile(from);
+      if (secret.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
   }
   if (secret.empty())
     throwError(StatusCode::kInvalidArgument,
-               "gloo under srun: no job secret for the rendezvous server rank 0 hosts (an "
+               who + ": no job secret for the rendezvous server rank 0 hosts (an "
                "unauthenticated one would let anyone who reaches its port into the job). "
-               "Either export TUTTI_SECRET=$(openssl rand -hex 32) before srun or sbatch (srun "
-               "passes the environment to every task), or make a key file once, on a home "
-               "directory every node shares: mkdir -p ~/.tutti && (umask 077 && openssl rand "
-               "-hex 32 > ~/.tutti/secret)");
+               "Either export TUTTI_SECRET=$(openssl rand -hex 32) before " + before +
+                   ", or make a key file once, on a home directory every node shares: mkdir -p "
+                   "~/.tutti && (umask 077 && openssl rand -hex 32 > ~/.tutti/secret)");
   if (secret.size() < 16)
     throwError(StatusCode::kInvalidArgument,
-               "gloo under srun: the secret from " + from + " has " +
-                   std::to_string(secret.size()) +
+               who + ": the secret from " + from + " has " + std::to_string(secret.size()) +
                    " bytes; it needs at least 16 (32 hex digits: openssl rand -hex 32)");
   return secret;
 }
 
-SlurmRendezvous connectSlurmRendezvous(const BackendOptions& options, int generation) {
-  const SlurmStep& step = options.slurm;
+std::string slurmSecret(const BackendOptions& options) {
+  return jobSecret(options.secret, options.slurm.home, "gloo under srun",
+                   "srun or sbatch (srun passes the environment to every task)", false, false,
+                   Clock::now());
+}
+
+namespace {
+
+// Steps 1-3 of the header's protocol for `spec`; `who` begins every message.
+ServedRendezvous serve(const HostedRendezvous& spec, const std::string& secret,
+                       const BackendOptions& options, int generation, Clock::time_point deadline) {
   const int rank = options.rank;
-  const auto deadline = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(
-                                           options.start_timeout_seconds * 1000.0));
-  SlurmRendezvous r;
-  std::string where;
-  if (!options.rendezvous_addr.empty()) {
-    r.host = options.rendezvous_addr;
-    where = "TUTTI_RENDEZVOUS_ADDR";
-  } else {
-    const auto nodes = expandHostlist(step.node_list, "SLURM_STEP_NODELIST");
-    r.host = nodes.front();
-    where = "the first node of SLURM_STEP_NODELIST '" + step.node_list + "'";
-  }
-  r.port = options.rendezvous_port > 0 ? options.rendezvous_port
-                                       : slurmRendezvousPort(step.job_id, step.step_id);
-  where += options.rendezvous_port > 0 ? ", port from TUTTI_RENDEZVOUS_PORT"
-                                       : ", port from SLURM_JOB_ID " + step.job_id +
-                                             " and SLURM_STEP_ID " + step.step_id;
-  const std::string secret = slurmSecret(options);
-  const std::string key = "tutti/slurm/t" + std::to_string(generation);
-  const std::string identity = step.job_id + "." + step.step_id;
-  const std::string me = "gloo under srun: rank " + std::to_string(rank);
+  const std::string me = "gloo under " + spec.launcher + ": rank " + std::to_string(rank);
+  const std::string where = spec.host_from + ", port from " + spec.port_from;
+  const std::string key = "tutti/hosted/t" + std::to_string(generation);
+  ServedRendezvous r;
+  r.host = spec.host;
+  r.port = spec.port;
   if (rank == 0) {
-    if (options.rendezvous_addr.empty() && step.node_id > 0)
-      throwError(StatusCode::kInvalidArgument,
-                 me + " runs on node " + step.node_name + " (SLURM_NODEID " +
-                     std::to_string(step.node_id) + "), but the other ranks look for its "
-                     "rendezvous server on " + r.host + ", " + where +
-                     ". Use srun's block or cyclic distribution, or set "
-                     "TUTTI_RENDEZVOUS_ADDR to task 0's host");
     RendezvousServerOptions server_options;
     server_options.port = r.port;
     server_options.message_seconds = std::max(1.0, options.start_timeout_seconds);
@@ -184,10 +219,10 @@ SlurmRendezvous connectSlurmRendezvous(const BackendOptions& options, int genera
       r.server = std::make_unique<RendezvousServer>(secret, server_options);
     } catch (const Error& e) {
       throwError(e.code(), me + ": " + e.what() + " (" + where +
-                               "; another program on this node may hold the port: set "
+                               "; another program on this host may hold the port: set "
                                "TUTTI_RENDEZVOUS_PORT to a free one)");
     }
-    r.server->set(key, identity);
+    r.server->set(key, spec.identity);
   }
   // Ask until the deadline: rank 0 may not listen yet, or an earlier server of this job
   // (the previous init) may still be going away.
@@ -210,15 +245,15 @@ SlurmRendezvous connectSlurmRendezvous(const BackendOptions& options, int genera
         throwError(StatusCode::kBackend,
                    me + ": the server at " + r.host + ":" + std::to_string(r.port) + " (" +
                        where + ") does not share this job's secret: is another job using the "
-                       "port, or do the tasks see different secrets? (" + last + ")");
+                       "port, or do the ranks see different secrets? (" + last + ")");
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
       continue;
     }
-    if (value != identity)
+    if (value != spec.identity)
       throwError(StatusCode::kBackend,
-                 me + ": the rendezvous server at " + client->endpoint() +
-                     " belongs to Slurm step " + value + ", not to this step " + identity +
-                     " (" + where + "): set TUTTI_RENDEZVOUS_PORT to a free port");
+                 me + ": the rendezvous server at " + client->endpoint() + " belongs to " +
+                     value + ", not to this " + spec.identity + " (" + where +
+                     "): set TUTTI_RENDEZVOUS_PORT to a free port");
     r.client = std::move(client);
     return r;
   }
@@ -226,9 +261,68 @@ SlurmRendezvous connectSlurmRendezvous(const BackendOptions& options, int genera
              me + " could not reach rank 0's rendezvous server at " + r.host + ":" +
                  std::to_string(r.port) + " (" + where + ") within " +
                  secondsText(options.start_timeout_seconds) +
-                 " s (TUTTI_START_TIMEOUT_SECONDS). Did task 0 fail first (see its error), or does "
-                 "it run without gloo (TUTTI_CPU_OPERATIONS=gloo must be set for every task)? "
-                 "Last error: " + last);
+                 " s (TUTTI_START_TIMEOUT_SECONDS). Did rank 0 fail first (see its error), or "
+                 "does it run without gloo (TUTTI_CPU_OPERATIONS must be the same for every "
+                 "rank)? Last error: " + last);
+}
+
+Clock::time_point startDeadline(const BackendOptions& options) {
+  return Clock::now() + std::chrono::milliseconds(
+                            static_cast<int64_t>(options.start_timeout_seconds * 1000.0));
+}
+
+}  // namespace
+
+ServedRendezvous connectSlurmRendezvous(const BackendOptions& options, int generation) {
+  const SlurmStep& step = options.slurm;
+  HostedRendezvous spec;
+  spec.launcher = "srun";
+  if (!options.rendezvous_addr.empty()) {
+    spec.host = options.rendezvous_addr;
+    spec.host_from = "TUTTI_RENDEZVOUS_ADDR";
+  } else {
+    spec.host = expandHostlist(step.node_list, "SLURM_STEP_NODELIST").front();
+    spec.host_from = "the first node of SLURM_STEP_NODELIST '" + step.node_list + "'";
+  }
+  spec.port = options.rendezvous_port > 0 ? options.rendezvous_port
+                                          : slurmRendezvousPort(step.job_id, step.step_id);
+  spec.port_from = options.rendezvous_port > 0
+                       ? "TUTTI_RENDEZVOUS_PORT"
+                       : "SLURM_JOB_ID " + step.job_id + " and SLURM_STEP_ID " + step.step_id;
+  spec.identity = "Slurm step " + step.job_id + "." + step.step_id;
+  const std::string secret = slurmSecret(options);
+  if (options.rank == 0 && options.rendezvous_addr.empty() && step.node_id > 0)
+    throwError(StatusCode::kInvalidArgument,
+               "gloo under srun: rank 0 runs on node " + step.node_name + " (SLURM_NODEID " +
+                   std::to_string(step.node_id) + "), but the other ranks look for its "
+                   "rendezvous server on " + spec.host + ", " + spec.host_from +
+                   ". Use srun's block or cyclic distribution, or set "
+                   "TUTTI_RENDEZVOUS_ADDR to task 0's host");
+  return serve(spec, secret, options, generation, startDeadline(options));
+}
+
+ServedRendezvous connectHostedRendezvous(const BackendOptions& options, int generation) {
+  HostedRendezvous spec = options.hosted;
+  if (!options.rendezvous_addr.empty()) {
+    spec.host = options.rendezvous_addr;
+    spec.host_from = "TUTTI_RENDEZVOUS_ADDR";
+  }
+  if (options.rendezvous_port > 0) {
+    spec.port = options.rendezvous_port;
+    spec.port_from = "TUTTI_RENDEZVOUS_PORT";
+  }
+  if (spec.host.empty() || spec.port <= 0)
+    throwError(StatusCode::kInvalidArgument,
+               spec.missing.empty() ? "gloo under " + spec.launcher +
+                                          ": no address for rank 0's rendezvous server (set "
+                                          "TUTTI_RENDEZVOUS_ADDR and TUTTI_RENDEZVOUS_PORT)"
+                                    : spec.missing);
+  const auto deadline = startDeadline(options);
+  const std::string who = "gloo under " + spec.launcher + ": rank " + std::to_string(options.rank);
+  const std::string secret =
+      jobSecret(options.secret, spec.home, who, spec.launcher + " (every rank must see it)",
+                spec.one_host, options.rank == 0, deadline);
+  return serve(spec, secret, options, generation, deadline);
 }
 
 }  // namespace detail

@@ -233,6 +233,11 @@ std::vector<std::string> fields(const BackendOptions& o) {
   add("slurm.node_list", o.slurm.node_list), add("slurm.node_id", o.slurm.node_id);
   add("slurm.node_name", o.slurm.node_name), add("slurm.pmi", o.slurm.pmi);
   add("slurm.home", o.slurm.home), add("elastic.id", o.elastic.id);
+  add("hosted.launcher", o.hosted.launcher), add("hosted.host", o.hosted.host);
+  add("hosted.host_from", o.hosted.host_from), add("hosted.port", o.hosted.port);
+  add("hosted.port_from", o.hosted.port_from), add("hosted.identity", o.hosted.identity);
+  add("hosted.one_host", o.hosted.one_host), add("hosted.home", o.hosted.home);
+  add("hosted.missing", o.hosted.missing);
   add("elastic.first_generation", o.elastic.first_generation);
   add("elastic.timeout_seconds", o.elastic.timeout_seconds);
   add("shm", o.shm), add("shm_buffer_bytes", o.shm_buffer_bytes);
