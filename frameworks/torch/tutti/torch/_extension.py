@@ -9,9 +9,16 @@ command that rebuilds Tutti. Versions are compared without their local part ("2.
 "2.13.0+cu126" match): that names the CPU or CUDA flavour of the same release.
 """
 
+import os
 import sys
 
-from tutti.torch import _build_info
+try:
+    from tutti.torch import _build_info
+except ImportError as e:
+    raise ImportError(
+        "tutti.torch in %s has no _build_info.py, which the build writes: that is the source "
+        "tree; import a built copy (build/python-<variant> on PYTHONPATH, or an installed one)"
+        % os.path.dirname(os.path.abspath(__file__))) from e
 
 
 def _release(version):
