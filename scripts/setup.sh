@@ -12,6 +12,7 @@
 # MPICH (mpich) is only for its launcher, mpiexec.hydra, under which test/integration's
 # launcher test runs a job: its alternatives have priority 40 against Open MPI's 50, so
 # mpirun, mpiexec, mpicc and libmpi.so stay Open MPI's.
+# ccache serves test/packaging's second pip build of the same tree from its first.
 # Optional packages missing from the release (e.g. python3-torch) are skipped with a notice;
 # the tests that need them are then not registered.
 #
@@ -34,6 +35,7 @@ REQUIRED=(
   openssh-client openssh-server iproute2 procps
   slurmctld slurmd slurm-client munge
   mpich
+  ccache
 )
 OPTIONAL=(python3-torch libtorch-dev python3-matplotlib)
 TORCH_VERSION=${TORCH_VERSION:-2.13.0}

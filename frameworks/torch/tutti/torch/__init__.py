@@ -8,7 +8,11 @@
 See docs/pytorch.md.
 """
 
-import torch  # noqa: F401  (loads libtorch before the extension)
+# Before anything loads the extension _C: is it built for the torch this interpreter imports?
+from tutti.torch import _extension  # noqa: E402
+_extension.check()
+
+import torch  # noqa: E402,F401  (loads libtorch before the extension)
 
 from tutti import __version__
 from tutti.torch.basics import (
