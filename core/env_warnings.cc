@@ -62,7 +62,8 @@ std::string meant(const std::string& name) {
 // Horovod 0.28's runtime variables without a twin in the table (horovodTwins()).
 const std::vector<HorovodUnread>& horovodWithoutTwin() {
   static const std::vector<HorovodUnread> names = {
-      {"HOROVOD_ADASUM_MPI_CHUNK_SIZE", "Tutti has no Adasum"},
+      {"HOROVOD_ADASUM_MPI_CHUNK_SIZE",
+       "tutti.torch's Adasum runs over alltoall, with no chunk size"},
       {"HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES",
        "Tutti's autotune is a coordinate search; TUTTI_AUTOTUNE_SAMPLES sets the windows per "
        "candidate"},
