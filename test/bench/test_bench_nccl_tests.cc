@@ -5,6 +5,7 @@
 #include "bench/options.h"
 #include "bench/report.h"
 
+#include "test/bench/parse_args.h"
 #include "test/catch.h"
 
 #include <cstdint>
@@ -17,11 +18,6 @@ using namespace tutti;
 using namespace tutti::bench;
 
 namespace {
-
-Options parse(std::vector<const char*> args) {
-  args.insert(args.begin(), "tutti-bench");
-  return parseOptions(static_cast<int>(args.size()), args.data());
-}
 
 std::vector<std::string> words(const std::string& line) {
   std::istringstream in(line);

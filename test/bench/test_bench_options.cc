@@ -6,6 +6,7 @@
 #include "bench/options.h"
 #include "bench/report.h"
 
+#include "test/bench/parse_args.h"
 #include "test/catch.h"
 
 #include <cmath>
@@ -15,15 +16,6 @@
 
 using namespace tutti;
 using namespace tutti::bench;
-
-namespace {
-
-Options parse(std::vector<const char*> args) {
-  args.insert(args.begin(), "tutti-bench");
-  return parseOptions(static_cast<int>(args.size()), args.data());
-}
-
-}  // namespace
 
 TEST_CASE("parseSize reads nccl-tests' suffixes as powers of 1024") {
   CHECK(parseSize("0", "-b") == 0);

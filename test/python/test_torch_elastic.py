@@ -76,14 +76,21 @@ def test_killed_worker_job_finishes_with_the_rest_from_the_last_commit(tmp_path)
     assert_same(finals, list(reference.parameters()), "elastic vs replay " + str(schedule))
 
 
-def test_discovered_slots_grow_the_job_and_new_workers_get_the_state(tmp_path):
-    """The discovery script lists 2 slots, then 3: a third worker starts, the two running
-    ones re-initialize at their next commit, and all three end with the same model."""
+def discovery(tmp_path, listed):
+    """A hosts file listing `listed` and a discovery script that prints it (the job edits the
+    file to change what discovery finds)."""
     hosts = tmp_path / "hosts"
-    hosts.write_text("localhost:2\n")
+    hosts.write_text(listed)
     script = tmp_path / "discover.sh"
     script.write_text("#!/bin/sh\ncat %s\n" % hosts)
     script.chmod(0o755)
+    return hosts, script
+
+
+def test_discovered_slots_grow_the_job_and_new_workers_get_the_state(tmp_path):
+    """The discovery script lists 2 slots, then 3: a third worker starts, the two running
+    ones re-initialize at their next commit, and all three end with the same model."""
+    hosts, script = discovery(tmp_path, "localhost:2\n")
     job, records, finals = launch(
         tmp_path, 2, ["--min-np", "2", "--max-np", "3", "--host-discovery-script", str(script),
                       "--discovery-interval", "0.3"],
@@ -119,11 +126,7 @@ def test_dropped_host_leaves_at_its_next_commit(tmp_path):
     """Discovery drops rank 0's host at step 3: its worker has no seat in generation 1 and
     leaves at the next commit (step 4) with the others, which go on from there without a
     restore; the launcher stops the dropped worker once generation 1 has formed."""
-    hosts = tmp_path / "hosts"
-    hosts.write_text("localhost:1\n127.0.0.1:1\n")
-    script = tmp_path / "discover.sh"
-    script.write_text("#!/bin/sh\ncat %s\n" % hosts)
-    script.chmod(0o755)
+    hosts, script = discovery(tmp_path, "localhost:1\n127.0.0.1:1\n")
     job, records, finals = launch(
         tmp_path, 2, ["--min-np", "1", "--host-discovery-script", str(script),
                       "--discovery-interval", "0.2"],

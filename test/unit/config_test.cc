@@ -2,6 +2,7 @@
 #include "core/config.h"
 
 #include "test/catch.h"
+#include "test/unit/env_vars_doc.h"
 
 #include <fstream>
 #include <sstream>
@@ -152,14 +153,6 @@ TEST_CASE("the secret can come from a file") {
   CHECK(parseConfig(&both).secret == "fromenv");
   Env missing = {{"TUTTI_SECRET_FILE", "/nonexistent/secret"}};
   CHECK_THROWS_AS(parseConfig(&missing), Error);
-}
-
-static std::string envVarsDoc() {
-  std::ifstream in(std::string(TUTTI_SOURCE_DIR) + "/docs/env_vars.md");
-  REQUIRE(in.good());
-  std::stringstream doc;
-  doc << in.rdbuf();
-  return doc.str();
 }
 
 TEST_CASE("docs/env_vars.md lists every variable of the config table") {

@@ -4,9 +4,8 @@
 #include "core/launcher_env.h"
 
 #include "test/catch.h"
+#include "test/unit/env_vars_doc.h"
 
-#include <fstream>
-#include <sstream>
 #include <string>
 
 using namespace tutti;
@@ -168,15 +167,13 @@ TEST_CASE("every runtime variable of Horovod 0.28 is a twin or warned of, and do
       "HOROVOD_STALL_CHECK_TIME_SECONDS", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS",
       "HOROVOD_THREAD_AFFINITY", "HOROVOD_TIMELINE", "HOROVOD_TIMELINE_MARK_CYCLES",
       "HOROVOD_TORUS_ALLREDUCE", "HOROVOD_GLOO_RENDEZVOUS_ADDR", "HOROVOD_GLOO_RENDEZVOUS_PORT"};
-  std::ifstream in(std::string(TUTTI_SOURCE_DIR) + "/docs/env_vars.md");
-  std::stringstream doc;
-  doc << in.rdbuf();
+  const std::string doc = envVarsDoc();
   for (const char* name : horovod) {
     INFO(name);
     int found = 0;
     for (const auto& twin : horovodTwins()) found += std::string(twin.horovod) == name;
     for (const auto& unread : horovodWithoutTwin()) found += std::string(unread.horovod) == name;
     CHECK(found == 1);
-    CHECK(doc.str().find(std::string("`") + name + "`") != std::string::npos);
+    CHECK(doc.find(std::string("`") + name + "`") != std::string::npos);
   }
 }
