@@ -1,4 +1,5 @@
-// Argument checks every CPU backend makes the same way, and exchangeLines (backend.h).
+// Argument checks every CPU backend makes the same way, exchangeLines, and the default of the
+// scaled reductions (backend.h).
 #include "backends/backend.h"
 
 #include <sstream>
@@ -42,6 +43,27 @@ AlltoallvTotals checkAlltoallvCounts(const std::vector<int64_t>& send_counts,
     totals.recv += recv_counts[j];
   }
   return totals;
+}
+
+namespace {
+[[noreturn]] void noScaling(const Backend& backend, const char* op) {
+  throwError(StatusCode::kUnsupported,
+             std::string(backend.name()) + " backend: " + op + " with scaling is not supported");
+}
+}  // namespace
+
+std::string Backend::scalingRefusal(DataType, ReduceOp, const ReduceScaling&) const {
+  return std::string("the ") + name() + " backend cannot scale a reduction";
+}
+
+void Backend::allreduceScaled(const void*, void*, int64_t, DataType, ReduceOp,
+                              const ReduceScaling&, Deadline) {
+  noScaling(*this, "allreduce");
+}
+
+void Backend::reducescatterScaled(const void*, void*, const std::vector<int64_t>&, DataType,
+                                  ReduceOp, const ReduceScaling&, Deadline) {
+  noScaling(*this, "reducescatter");
 }
 
 }  // namespace tutti

@@ -46,6 +46,17 @@ class ControlPlane {
 // the agreed order (SetBackendSwitch).
 enum class BackendSwitch { kHierarchicalAllreduce };
 
+// The scaling of a reduction: out = postscale * reduce(prescale * in) / divisor, where the
+// divisor is the set's size for an average and 1 otherwise. The core scales host memory
+// itself; device memory it cannot touch, so a device backend that can scale there says so
+// (supportsScaling) and does it inside the collective (allreduceScaled, reducescatterScaled).
+struct ReduceScaling {
+  double prescale = 1.0;
+  double postscale = 1.0;
+  int64_t divisor = 1;
+  bool trivial() const { return prescale == 1.0 && postscale == 1.0 && divisor == 1; }
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -77,6 +88,19 @@ class Backend {
                              DataType dtype, ReduceOp op, Deadline deadline) = 0;
   virtual void barrier(Deadline deadline) = 0;
   virtual void abort(const std::string& reason) = 0;
+
+  // Empty where allreduceScaled/reducescatterScaled can apply `scaling` to `op` over `dtype`
+  // (op is never kAverage: an average is kSum with divisor = size); else why not. By
+  // default no backend can.
+  virtual std::string scalingRefusal(DataType dtype, ReduceOp op,
+                                     const ReduceScaling& scaling) const;
+  // allreduce and reducescatter with `scaling` applied by the backend; only called where
+  // scalingRefusal said nothing (the default throws kUnsupported).
+  virtual void allreduceScaled(const void* in, void* out, int64_t count, DataType dtype,
+                               ReduceOp op, const ReduceScaling& scaling, Deadline deadline);
+  virtual void reducescatterScaled(const void* in, void* out, const std::vector<int64_t>& counts,
+                                   DataType dtype, ReduceOp op, const ReduceScaling& scaling,
+                                   Deadline deadline);
 
   // A switch this backend has: 1 on, 0 off; -1 when it has no such switch.
   virtual int switchState(BackendSwitch /*which*/) const { return -1; }

@@ -29,6 +29,18 @@ void* allocateOutput(TensorEntry& e, const std::vector<int64_t>& shape, int64_t 
   return out;
 }
 
+// The scaling of a reduction as the backends take it: an average is a sum divided by the
+// set's size.
+ReduceScaling scalingOf(const Response& r, int set_size) {
+  ReduceScaling scaling;
+  scaling.prescale = r.prescale;
+  scaling.postscale = r.postscale;
+  scaling.divisor = r.reduce_op == ReduceOp::kAverage ? set_size : 1;
+  return scaling;
+}
+
+ReduceOp backendOp(ReduceOp op) { return op == ReduceOp::kAverage ? ReduceOp::kSum : op; }
+
 }  // namespace
 
 Backend* Executor::pick(ProcessSet& set, OpType op, DataType dtype, DeviceType device) const {
@@ -154,6 +166,21 @@ void Executor::execute(const Response& r, ProcessSet& set) {
       if (e) complete(*e, Status(StatusCode::kUnsupported, message));
     return;
   }
+  // Device memory is scaled by the backend or not at all: a reduction it cannot scale
+  // fails as an op on every rank (each decides from the same response), not as the job.
+  if (r.device != DeviceType::kCpu &&
+      (r.op == OpType::kAllreduce || r.op == OpType::kReducescatter)) {
+    const ReduceScaling scaling = scalingOf(r, set.size());
+    std::string why = scaling.trivial()
+                          ? std::string()
+                          : backend->scalingRefusal(r.dtype, backendOp(r.reduce_op), scaling);
+    if (!why.empty()) {
+      for (auto& e : entries)
+        if (e) complete(*e, Status(StatusCode::kUnsupported,
+                                   std::string(opTypeName(r.op)) + " '" + r.names[0] + "': " + why));
+      return;
+    }
+  }
   if (r.op == OpType::kAllreduce) return allreduce(r, set, *backend, entries);
 
   if (!entries[0])
@@ -180,17 +207,23 @@ void Executor::allreduce(const Response& r, ProcessSet& set, Backend& b,
                          std::vector<std::optional<TensorEntry>>& entries) {
   const DataType dtype = r.dtype;
   const int64_t esize = dataTypeSize(dtype);
-  const ReduceOp op = r.reduce_op == ReduceOp::kAverage ? ReduceOp::kSum : r.reduce_op;
+  const ReduceOp op = backendOp(r.reduce_op);
   // Average: the sum divided by the set size (a division, not a multiplication by 1/size,
   // so that it is correctly rounded), then times postscale.
   const double post = r.postscale;
   const int64_t divisor = r.reduce_op == ReduceOp::kAverage ? set.size() : 1;
   const bool on_host = r.device == DeviceType::kCpu;
-  if (!on_host && (r.prescale != 1.0 || post != 1.0 || divisor != 1))
-    throwError(StatusCode::kUnsupported,
-               "allreduce '" + r.names[0] + "': average and scale factors on CUDA tensors are not supported yet");
   Deadline deadline = deadlineAfter(config_.timeout_seconds);
 
+  if (!on_host && entries.size() == 1 && entries[0]) {  // device memory: the backend scales
+    TensorEntry& e = *entries[0];
+    callBackend(b, 1, r.counts[0] * esize, [&] {
+      b.allreduceScaled(e.input, e.output, r.counts[0], dtype, op, scalingOf(r, set.size()),
+                        deadline);
+    });
+    complete(e);
+    return;
+  }
   if (entries.size() == 1 && entries[0]) {  // one tensor: reduce straight into its output
     TensorEntry& e = *entries[0];
     const void* in = e.input;
@@ -287,13 +320,20 @@ void Executor::reducescatter(const Response& r, ProcessSet& set, Backend& b, Ten
   out_shape[0] = rows / n + (set.rank < rows % n ? 1 : 0);
   const int64_t esize = dataTypeSize(r.dtype);
   void* out = allocateOutput(e, out_shape, counts[set.rank] * esize);
+  const ReduceOp op = backendOp(r.reduce_op);
+  if (r.device != DeviceType::kCpu) {  // device memory: the backend scales
+    callBackend(b, 1, r.counts[0] * esize, [&] {
+      b.reducescatterScaled(e.input, out, counts, r.dtype, op, scalingOf(r, n),
+                            deadlineAfter(config_.timeout_seconds));
+    });
+    return;
+  }
   const void* in = e.input;
   if (r.prescale != 1.0) {
     void* scaled = fusion_.reserve(static_cast<size_t>(r.counts[0] * esize));
     timed(StatTime::kPack, "PACK", [&] { scaleInto(in, scaled, r.counts[0], r.dtype, r.prescale); });
     in = scaled;
   }
-  const ReduceOp op = r.reduce_op == ReduceOp::kAverage ? ReduceOp::kSum : r.reduce_op;
   callBackend(b, 1, r.counts[0] * esize, [&] {
     b.reducescatter(in, out, counts, r.dtype, op, deadlineAfter(config_.timeout_seconds));
   });

@@ -2,6 +2,7 @@
 
 #include "backends/nccl/nccl_comm.h"
 #include "backends/nccl/nccl_types.h"
+#include "base/reduce.h"
 
 #include <cuda_runtime_api.h>
 #include <nccl.h>
@@ -53,17 +54,27 @@ class NcclBackend final : public Backend {
 
   void allreduce(const void* in, void* out, int64_t count, DataType dtype, ReduceOp op,
                  Deadline deadline) override {
+    allreduceScaled(in, out, count, dtype, op, ReduceScaling{}, deadline);
+  }
+
+  std::string scalingRefusal(DataType dtype, ReduceOp op,
+                             const ReduceScaling& scaling) const override {
+    return detail::ncclScalingPlan(dtype, op, scaling, size(), comm_->version()).why;
+  }
+
+  void allreduceScaled(const void* in, void* out, int64_t count, DataType dtype, ReduceOp op,
+                       const ReduceScaling& scaling, Deadline deadline) override {
     std::string what = describe("allreduce", count, dtype, reduceOpName(op));
     NcclWireType wire = wireType(OpType::kAllreduce, dtype);
-    ncclRedOp_t red = detail::ncclReduceOp(op, dtype);
     checkCount(count, what);
     auto lock = comm_->begin(what);
     if (count == 0) return;
     checkPointer(in, "input", what);
     checkPointer(out, "output", what);
-    comm_->check(
-        ncclAllReduce(in, out, items(count, wire), wire.type, red, comm_->get(), comm_->stream()),
-        "ncclAllReduce", deadline);
+    Reduction red(*comm_, dtype, op, scaling, wire, what, deadline);
+    comm_->check(ncclAllReduce(in, out, items(count, wire), wire.type, red.get(), comm_->get(),
+                               comm_->stream()),
+                 "ncclAllReduce", deadline);
     comm_->finish(deadline);
   }
 
@@ -140,14 +151,21 @@ class NcclBackend final : public Backend {
 
   void reducescatter(const void* in, void* out, const std::vector<int64_t>& counts, DataType dtype,
                      ReduceOp op, Deadline deadline) override {
+    reducescatterScaled(in, out, counts, dtype, op, ReduceScaling{}, deadline);
+  }
+
+  void reducescatterScaled(const void* in, void* out, const std::vector<int64_t>& counts,
+                           DataType dtype, ReduceOp op, const ReduceScaling& scaling,
+                           Deadline deadline) override {
     std::string what = describe("reducescatter", countOf(counts, rank()), dtype, reduceOpName(op));
     NcclWireType wire = wireType(OpType::kReducescatter, dtype);
-    ncclRedOp_t red = detail::ncclReduceOp(op, dtype);
     std::vector<int64_t> offsets = offsetsOf(counts, "counts", what);
     auto lock = comm_->begin(what);
     if (offsets.back() == 0) return;
     checkPointer(in, "input", what);
     if (counts[rank()] > 0) checkPointer(out, "output", what);
+    Reduction scaled(*comm_, dtype, op, scaling, wire, what, deadline);
+    const ncclRedOp_t red = scaled.get();
     if (allEqual(counts)) {
       comm_->check(ncclReduceScatter(in, out, items(counts[0], wire), wire.type, red, comm_->get(),
                                      comm_->stream()),
@@ -177,6 +195,51 @@ class NcclBackend final : public Backend {
   void abort(const std::string& reason) override { comm_->abort(reason); }
 
  private:
+  // The NCCL reduction for `op` with `scaling` applied (nccl_types.h's plan). A PreMulSum op
+  // is made on the communicator for one call and destroyed with this object, after that
+  // call returned (NCCL allows it once the calls using it are enqueued).
+  class Reduction {
+   public:
+    Reduction(NcclComm& comm, DataType dtype, ReduceOp op, const ReduceScaling& scaling,
+              const NcclWireType& wire, const std::string& what, Deadline deadline)
+        : comm_(comm) {
+      const auto plan = detail::ncclScalingPlan(dtype, op, scaling, comm.size(), comm.version());
+      switch (plan.kind) {
+        case detail::NcclScalingPlan::kPlain: red_ = detail::ncclReduceOp(op, dtype); break;
+#if NCCL_VERSION_CODE >= 21000
+        case detail::NcclScalingPlan::kAverage: red_ = ncclAvg; break;
+#endif
+#if NCCL_VERSION_CODE >= 21100
+        case detail::NcclScalingPlan::kPreMulSum: {
+          alignas(8) unsigned char scalar[8] = {};  // the factor as one element of dtype
+          storeElement(scalar, 0, dtype, plan.factor);
+          comm.check(ncclRedOpCreatePreMulSum(&red_, scalar, wire.type, ncclScalarHostImmediate,
+                                              comm.get()),
+                     "ncclRedOpCreatePreMulSum", deadline);
+          created_ = true;
+          break;
+        }
+#endif
+        default:
+          throwError(StatusCode::kUnsupported, comm.who() + ": " + what + ": " +
+                                                   (plan.why.empty() ? "unsupported scaling" : plan.why));
+      }
+      (void)wire;
+      (void)deadline;
+    }
+    ~Reduction() {
+      if (created_) ncclRedOpDestroy(red_, comm_.get());
+    }
+    Reduction(const Reduction&) = delete;
+    Reduction& operator=(const Reduction&) = delete;
+    ncclRedOp_t get() const { return red_; }
+
+   private:
+    NcclComm& comm_;
+    ncclRedOp_t red_ = ncclSum;
+    bool created_ = false;
+  };
+
   // Collects the first failing NCCL call inside a group.
   struct Recorder {
     ncclResult_t result = ncclSuccess;

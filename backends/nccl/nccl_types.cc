@@ -1,5 +1,7 @@
 #include "backends/nccl/nccl_types.h"
 
+#include <cmath>
+
 namespace tutti {
 namespace detail {
 
@@ -80,6 +82,48 @@ ncclRedOp_t ncclReduceOp(ReduceOp op, DataType dtype) {
              std::string("NCCL backend got reduce op ") + reduceOpName(op) + " for " +
                  dataTypeName(dtype) +
                  ": expected sum, min, max or product (the core turns average into sum + scale)");
+}
+
+NcclScalingPlan ncclScalingPlan(DataType dtype, ReduceOp op, const ReduceScaling& scaling,
+                                int members, int nccl_version) {
+  NcclScalingPlan plan;
+  if (scaling.trivial() || dtype == DataType::kBool) return plan;
+  auto refuse = [&](std::string why) {
+    plan.kind = NcclScalingPlan::kUnsupported;
+    plan.why = std::move(why);
+    return plan;
+  };
+  if (op != ReduceOp::kSum)
+    return refuse(std::string("scale factors with ") + reduceOpName(op) +
+                  " on CUDA tensors (only sum and average can be scaled on the device)");
+  const bool floating = dtype == DataType::kFloat16 || dtype == DataType::kBFloat16 ||
+                        dtype == DataType::kFloat32 || dtype == DataType::kFloat64;
+  const bool unscaled = scaling.prescale == 1.0 && scaling.postscale == 1.0;
+#if NCCL_VERSION_CODE >= 21000
+  if (unscaled && scaling.divisor == members && nccl_version >= kNcclAvgVersion) {
+    plan.kind = NcclScalingPlan::kAverage;
+    return plan;
+  }
+#else
+  (void)unscaled;
+#endif
+  plan.factor = scaling.prescale * scaling.postscale / static_cast<double>(scaling.divisor);
+  if (!floating) {
+    const bool is_unsigned = dtype == DataType::kUInt8;
+    if (scaling.divisor != 1 || plan.factor != std::trunc(plan.factor) ||
+        (is_unsigned && plan.factor < 0))
+      return refuse(std::string("scale factors on ") + dataTypeName(dtype) +
+                    " CUDA tensors must multiply to an integer" +
+                    (is_unsigned ? " >= 0" : "") + ", without an average");
+  }
+#if NCCL_VERSION_CODE >= 21100
+  if (nccl_version >= kNcclPreMulSumVersion) {
+    plan.kind = NcclScalingPlan::kPreMulSum;
+    return plan;
+  }
+#endif
+  return refuse("scaling CUDA tensors needs NCCL " + ncclVersionString(kNcclPreMulSumVersion) +
+                " (this is " + ncclVersionString(nccl_version) + ")");
 }
 
 std::string ncclVersionString(int version_code) {

@@ -9,6 +9,7 @@
 #include "backends/loopback/loopback.h"
 #include "backends/nccl/nccl_backend.h"
 #include "backends/nccl/nccl_types.h"
+#include "base/reduce.h"
 #include "test/nccl/nccl_test_util.h"
 
 #include <algorithm>
@@ -89,6 +90,40 @@ TEST_CASE("reduce ops map to NCCL's; bool reduces as or/and", "[no-gpu]") {
   CHECK_THROWS_AS(ncclReduceOp(ReduceOp::kAverage, DataType::kFloat32), Error);
   CHECK(detail::ncclVersionString(22809) == "2.28.9");
   CHECK(detail::ncclVersionString(2708) == "2.7.8");
+}
+
+TEST_CASE("scaling on the device: ncclAvg, PreMulSum or a refusal that says why", "[no-gpu]") {
+  using Plan = detail::NcclScalingPlan;
+  auto plan = [](DataType dtype, ReduceOp op, double pre, double post, int64_t divisor,
+                 int members = 4, int version = 22809) {
+    ReduceScaling scaling;
+    scaling.prescale = pre;
+    scaling.postscale = post;
+    scaling.divisor = divisor;
+    return detail::ncclScalingPlan(dtype, op, scaling, members, version);
+  };
+  CHECK(plan(DataType::kFloat32, ReduceOp::kSum, 1, 1, 1).kind == Plan::kPlain);
+  CHECK(plan(DataType::kFloat32, ReduceOp::kMax, 1, 1, 1).kind == Plan::kPlain);
+  CHECK(plan(DataType::kBool, ReduceOp::kSum, 0.5, 3, 4).kind == Plan::kPlain);  // as on the CPU
+  for (DataType dtype : {DataType::kFloat32, DataType::kInt32, DataType::kUInt8})
+    CHECK(plan(dtype, ReduceOp::kSum, 1, 1, 4).kind == Plan::kAverage);
+  auto scaled = plan(DataType::kFloat16, ReduceOp::kSum, 0.5, 3, 4);
+  CHECK(scaled.kind == Plan::kPreMulSum);
+  CHECK(scaled.factor == 0.375);
+  CHECK(plan(DataType::kFloat64, ReduceOp::kSum, 1, 1, 2, /*members=*/3).factor == 0.5);
+  CHECK(plan(DataType::kInt64, ReduceOp::kSum, 3, -2, 1).factor == -6);
+  auto refused = plan(DataType::kFloat32, ReduceOp::kMin, 2, 1, 1);
+  CHECK(refused.kind == Plan::kUnsupported);
+  CHECK(refused.why == "scale factors with min on CUDA tensors (only sum and average can be scaled "
+                       "on the device)");
+  CHECK(plan(DataType::kInt32, ReduceOp::kSum, 0.5, 1, 1).why ==
+        "scale factors on int32 CUDA tensors must multiply to an integer, without an average");
+  CHECK(plan(DataType::kInt32, ReduceOp::kSum, 2, 1, 4).kind == Plan::kUnsupported);
+  CHECK(plan(DataType::kUInt8, ReduceOp::kSum, -1, 1, 1).why ==
+        "scale factors on uint8 CUDA tensors must multiply to an integer >= 0, without an average");
+  CHECK(plan(DataType::kFloat32, ReduceOp::kSum, 2, 1, 1, 4, 21000).why ==
+        "scaling CUDA tensors needs NCCL 2.11.0 (this is 2.10.0)");
+  CHECK(plan(DataType::kFloat32, ReduceOp::kSum, 1, 1, 4, 4, 21000).kind == Plan::kAverage);
 }
 
 // A group of all ranks of a loopback world, for one thread-rank.
@@ -180,6 +215,61 @@ TEST_CASE("inputs written on the legacy default stream, not synchronized, are or
                           ReduceOp::kSum, deadlineAfter(kTimeoutSeconds));
   const auto host = out.download(bytes);
   CHECK(static_cast<size_t>(std::count(host.begin(), host.end(), uint8_t{7})) == bytes);
+}
+
+// Scaled reductions (backend.h's ReduceScaling) in a group of one: the result is the input
+// times prescale * postscale / divisor, computed on the device.
+TEST_CASE("allreduce and reducescatter scale on the device", "[gpu]") {
+  SoloBackend solo;
+  Backend& backend = *solo.backend;
+  auto scaling = [](double pre, double post, int64_t divisor) {
+    ReduceScaling s;
+    s.prescale = pre;
+    s.postscale = post;
+    s.divisor = divisor;
+    return s;
+  };
+  const int64_t n = 1001;
+  auto run = [&](DataType dtype, const ReduceScaling& s, bool scatter) {
+    const int64_t esize = dataTypeSize(dtype);
+    std::vector<uint8_t> host(static_cast<size_t>(n * esize));
+    for (int64_t i = 0; i < n; ++i) storeElement(host.data(), i, dtype, static_cast<double>(i % 9));
+    test::DeviceBuffer in(host.size()), out(host.size());
+    in.upload(host);
+    Deadline deadline = deadlineAfter(kTimeoutSeconds);
+    if (scatter)
+      backend.reducescatterScaled(in.get(), out.get(), {n}, dtype, ReduceOp::kSum, s, deadline);
+    else
+      backend.allreduceScaled(in.get(), out.get(), n, dtype, ReduceOp::kSum, s, deadline);
+    auto result = out.download(host.size());
+    const double factor = s.prescale * s.postscale / static_cast<double>(s.divisor);
+    int wrong = 0;
+    for (int64_t i = 0; i < n; ++i)
+      wrong += loadElement(result.data(), i, dtype) != static_cast<double>(i % 9) * factor;
+    return wrong;
+  };
+  for (bool scatter : {false, true}) {
+    INFO((scatter ? "reducescatter" : "allreduce"));
+    CHECK(run(DataType::kFloat32, scaling(0.5, 4.0, 1), scatter) == 0);
+    CHECK(run(DataType::kFloat64, scaling(1.0, 1.0, 2), scatter) == 0);
+    CHECK(run(DataType::kFloat16, scaling(0.25, 1.0, 1), scatter) == 0);
+    CHECK(run(DataType::kBFloat16, scaling(2.0, 1.0, 4), scatter) == 0);
+    CHECK(run(DataType::kInt32, scaling(3.0, -1.0, 1), scatter) == 0);
+    CHECK(run(DataType::kInt64, scaling(1.0, 1.0, 1), scatter) == 0);
+  }
+  CHECK(backend.scalingRefusal(DataType::kInt32, ReduceOp::kSum, scaling(1.0, 1.0, 2)) ==
+        "scale factors on int32 CUDA tensors must multiply to an integer, without an average");
+  test::DeviceBuffer buffer(16);
+  try {
+    backend.allreduceScaled(buffer.get(), buffer.get(), 4, DataType::kFloat32, ReduceOp::kMax,
+                            scaling(2.0, 1.0, 1), deadlineAfter(kTimeoutSeconds));
+    FAIL("a scaled max was accepted");
+  } catch (const Error& error) {
+    CHECK(error.code() == StatusCode::kUnsupported);
+    CHECK_THAT(error.what(), Catch::Contains("only sum and average can be scaled"));
+  }
+  // The refusal made no NCCL call: the communicator still works.
+  CHECK(run(DataType::kFloat32, scaling(1.0, 1.0, 1), false) == 0);
 }
 
 // Runs `body(rank, backend)` on `size` thread-ranks, each with its own GPU and NCCL backend

@@ -133,3 +133,27 @@ def test_mixed_cpu_and_cuda_in_one_step(rank, size, device):
     total = float(sum(range(1, size + 1)))
     assert torch.all(hvd.synchronize(ha).cpu() == total)
     assert torch.all(hvd.synchronize(hb) == total)
+
+
+def test_scaling_the_device_cannot_do_fails_the_op_not_the_job(rank, size, device):
+    x = torch.ones(4, device=device)
+    with pytest.raises(hvd.TuttiValueError, match="only sum and average can be scaled"):
+        hvd.allreduce(x, op=hvd.Min, prescale_factor=2.0, name="cuda.refused.min")
+    with pytest.raises(hvd.TuttiValueError, match="must multiply to an integer"):
+        hvd.allreduce(torch.ones(4, dtype=torch.int32, device=device), op=hvd.Sum,
+                      prescale_factor=0.5, name="cuda.refused.int")
+    assert torch.all(hvd.allreduce(x, op=hvd.Sum, name="cuda.after.refusal").cpu() == size)
+
+
+def test_reducescatter_average_and_scaling(rank, size, device):
+    n = 2 * size + 1
+    x = rank_values(rank, (n, 3), torch.float32).to(device)
+    out = hvd.reducescatter(x, name="cuda.rs.avg")  # Horovod's default op: Average
+    full = reference(all_rank_values((n, 3), torch.float32), hvd.Average).to(torch.float32)
+    rows = [n // size + (1 if r < n % size else 0) for r in range(size)]
+    start = sum(rows[:rank])
+    torch.testing.assert_close(out.cpu(), full[start:start + rows[rank]])
+    out = hvd.reducescatter(x, op=hvd.Sum, prescale_factor=2.0, postscale_factor=0.25,
+                            name="cuda.rs.scaled")
+    full = reference(all_rank_values((n, 3), torch.float32), hvd.Sum).to(torch.float32) * 0.5
+    torch.testing.assert_close(out.cpu(), full[start:start + rows[rank]])
