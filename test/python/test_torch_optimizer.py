@@ -114,9 +114,10 @@ def test_groups(groups, rank, size):
     assert_params(model, reference_params(size))
 
 
-def test_fp16_compression(rank, size):
-    model, _ = train_one_step(rank, compression=hvd.Compression.fp16)
-    assert_params(model, reference_params(size), atol=1e-3)
+@pytest.mark.parametrize("compression,atol", [("fp16", 1e-3), ("bf16", 1e-2)])
+def test_16bit_compression(rank, size, compression, atol):
+    model, _ = train_one_step(rank, compression=getattr(hvd.Compression, compression))
+    assert_params(model, reference_params(size), atol=atol)
     assert all(p.dtype == torch.float32 for p in model.parameters())
 
 
@@ -251,6 +252,20 @@ def test_without_named_parameters_and_frozen_params(rank, size):
     for p, e in list(zip(model.parameters(), expected))[1:]:
         assert torch.allclose(p.detach(), e, atol=1e-6)
     assert_same_on_all_ranks(model, "opt.same.unnamed")
+
+
+def test_bf16_compression_keeps_float32_range(rank, size):
+    """fp16 overflows past 65504; bf16 carries float32's exponent."""
+    big = torch.full((5,), 1.0e6 * (rank + 1), dtype=torch.float64)
+    out = hvd.allreduce(big, name="opt.bf16.big", op=hvd.Sum, compression=hvd.Compression.bf16)
+    assert out.dtype == torch.float64
+    expected = 1.0e6 * sum(range(1, size + 1))
+    assert torch.allclose(out, torch.full((5,), expected, dtype=torch.float64), rtol=1e-2)
+    fp16 = hvd.allreduce(big, name="opt.fp16.big", op=hvd.Sum, compression=hvd.Compression.fp16)
+    assert torch.isinf(fp16).all()
+    halves = torch.ones(3, dtype=torch.float16)
+    out = hvd.allreduce(halves, name="opt.bf16.half", op=hvd.Sum, compression=hvd.Compression.bf16)
+    assert out.dtype == torch.float16 and torch.equal(out, halves * size)
 
 
 def test_allreduce_with_fp16_compression(rank, size):

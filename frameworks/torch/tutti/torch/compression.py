@@ -46,8 +46,22 @@ class FP16Compressor(Compressor):
         return tensor
 
 
+class BF16Compressor(FP16Compressor):
+    """Sends floating-point tensors as bfloat16 (float32's range, 8 bits of mantissa) and
+    restores their dtype afterwards. Where fp16 overflows (gradients beyond 65504) bf16 does
+    not; Tutti's CPU kernels reduce bfloat16 in float32 and round once per element."""
+
+    @staticmethod
+    def compress(tensor):
+        dtype = tensor.dtype
+        if dtype.is_floating_point and dtype != torch.bfloat16:
+            return tensor.to(torch.bfloat16), dtype
+        return tensor, dtype
+
+
 class Compression:
-    """The available compressors: Compression.none and Compression.fp16."""
+    """The available compressors: Compression.none, Compression.fp16 and Compression.bf16."""
 
     none = NoneCompressor
     fp16 = FP16Compressor
+    bf16 = BF16Compressor
