@@ -196,6 +196,12 @@ tutti_op_options_t Options(Pending* p, int64_t process_set) {
   return o;
 }
 
+// The ordering token: an int32 (batched under vmap) each op takes from the previous op of
+// the same jitted function and hands to the next, so that XLA issues them in trace order.
+void PassToken(const ffi::AnyBuffer&, ffi::Result<ffi::AnyBuffer>& out) {
+  if (out->size_bytes()) std::memset(out->untyped_data(), 0, out->size_bytes());
+}
+
 // A future that already failed.
 ffi::Future Failed(ffi::Error error) {
   ffi::Promise promise;
@@ -213,8 +219,10 @@ ffi::Future Submitted(tutti_status_t st, const std::string& op, const std::strin
                                tutti_status_string(st) + "): " + tutti_last_error()));
 }
 
-ffi::Future AllreduceImpl(ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> y, std::string_view name,
+ffi::Future AllreduceImpl(ffi::AnyBuffer tok, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> tok_out,
+                          ffi::Result<ffi::AnyBuffer> y, std::string_view name,
                           int64_t op, double prescale, double postscale, int64_t process_set) {
+  PassToken(tok, tok_out);
   tutti_tensor_t in, out;
   if (auto e = ToTensor("allreduce", name, x.element_type(), x.untyped_data(), x.dimensions(),
                         &in);
@@ -235,9 +243,11 @@ ffi::Future AllreduceImpl(ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> y, std::
 }
 
 // names: the tensors' names joined by '\n'.
-ffi::Future GroupedAllreduceImpl(ffi::RemainingArgs args, ffi::RemainingRets rets,
+ffi::Future GroupedAllreduceImpl(ffi::AnyBuffer tok, ffi::Result<ffi::AnyBuffer> tok_out,
+                                 ffi::RemainingArgs args, ffi::RemainingRets rets,
                                  std::string_view names, int64_t op, double prescale,
                                  double postscale, int64_t process_set) {
+  PassToken(tok, tok_out);
   std::vector<std::string> ns;
   size_t start = 0;
   for (;;) {
@@ -284,8 +294,10 @@ ffi::Future GroupedAllreduceImpl(ffi::RemainingArgs args, ffi::RemainingRets ret
                    "grouped_allreduce", first, std::move(future));
 }
 
-ffi::Future BroadcastImpl(ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> y, std::string_view name,
+ffi::Future BroadcastImpl(ffi::AnyBuffer tok, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> tok_out,
+                          ffi::Result<ffi::AnyBuffer> y, std::string_view name,
                           int64_t root, int64_t process_set) {
+  PassToken(tok, tok_out);
   tutti_tensor_t buf;
   if (auto e = ToTensor("broadcast", name, y->element_type(), y->untyped_data(), y->dimensions(),
                         &buf);
@@ -347,19 +359,25 @@ ffi::Future ShapedImpl(Kind kind, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> 
   return Submitted(st, opname, n, std::move(future));
 }
 
-ffi::Future AllgatherImpl(ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> y, std::string_view name,
+ffi::Future AllgatherImpl(ffi::AnyBuffer tok, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> tok_out,
+                          ffi::Result<ffi::AnyBuffer> y, std::string_view name,
                           int64_t process_set) {
+  PassToken(tok, tok_out);
   return ShapedImpl(Kind::kAllgather, x, y, name, TUTTI_SUM, 1.0, 1.0, {}, process_set);
 }
 
-ffi::Future AlltoallImpl(ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> y, std::string_view name,
+ffi::Future AlltoallImpl(ffi::AnyBuffer tok, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> tok_out,
+                          ffi::Result<ffi::AnyBuffer> y, std::string_view name,
                          ffi::Span<const int64_t> splits, int64_t process_set) {
+  PassToken(tok, tok_out);
   return ShapedImpl(Kind::kAlltoall, x, y, name, TUTTI_SUM, 1.0, 1.0, splits, process_set);
 }
 
-ffi::Future ReducescatterImpl(ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> y,
+ffi::Future ReducescatterImpl(ffi::AnyBuffer tok, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> tok_out,
+                              ffi::Result<ffi::AnyBuffer> y,
                               std::string_view name, int64_t op, double prescale,
                               double postscale, int64_t process_set) {
+  PassToken(tok, tok_out);
   return ShapedImpl(Kind::kReducescatter, x, y, name, op, prescale, postscale, {}, process_set);
 }
 
@@ -372,6 +390,8 @@ ffi::Future ReducescatterImpl(ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> y,
 XLA_FFI_DEFINE_HANDLER_SYMBOL(TuttiJaxAllreduce, AllreduceImpl,
                               ffi::Ffi::Bind()
                                   .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>()
                                   .Ret<ffi::AnyBuffer>()
                                   .Attr<std::string_view>("name")
                                   .Attr<int64_t>("op")
@@ -381,6 +401,8 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(TuttiJaxAllreduce, AllreduceImpl,
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(TuttiJaxGroupedAllreduce, GroupedAllreduceImpl,
                               ffi::Ffi::Bind()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>()
                                   .RemainingArgs()
                                   .RemainingRets()
                                   .Attr<std::string_view>("names")
@@ -392,6 +414,8 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(TuttiJaxGroupedAllreduce, GroupedAllreduceImpl,
 XLA_FFI_DEFINE_HANDLER_SYMBOL(TuttiJaxBroadcast, BroadcastImpl,
                               ffi::Ffi::Bind()
                                   .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>()
                                   .Ret<ffi::AnyBuffer>()
                                   .Attr<std::string_view>("name")
                                   .Attr<int64_t>("root")
@@ -400,6 +424,8 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(TuttiJaxBroadcast, BroadcastImpl,
 XLA_FFI_DEFINE_HANDLER_SYMBOL(TuttiJaxAllgather, AllgatherImpl,
                               ffi::Ffi::Bind()
                                   .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>()
                                   .Ret<ffi::AnyBuffer>()
                                   .Attr<std::string_view>("name")
                                   .Attr<int64_t>("process_set"));
@@ -407,6 +433,8 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(TuttiJaxAllgather, AllgatherImpl,
 XLA_FFI_DEFINE_HANDLER_SYMBOL(TuttiJaxAlltoall, AlltoallImpl,
                               ffi::Ffi::Bind()
                                   .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>()
                                   .Ret<ffi::AnyBuffer>()
                                   .Attr<std::string_view>("name")
                                   .Attr<ffi::Span<const int64_t>>("splits")
@@ -415,6 +443,8 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(TuttiJaxAlltoall, AlltoallImpl,
 XLA_FFI_DEFINE_HANDLER_SYMBOL(TuttiJaxReducescatter, ReducescatterImpl,
                               ffi::Ffi::Bind()
                                   .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>()
                                   .Ret<ffi::AnyBuffer>()
                                   .Attr<std::string_view>("name")
                                   .Attr<int64_t>("op")

@@ -39,6 +39,8 @@ _OP_NAMES = {Sum: "Sum", Average: "Average", Min: "Min", Max: "Max", Product: "P
 _SUPPORTED = ("uint8", "int8", "uint16", "int16", "int32", "int64", "float16", "bfloat16",
               "float32", "float64", "bool")
 _counters = {}
+# The last op's ordering token in the trace it belongs to (see _ffi).
+_token = [None]
 
 
 # ---- lifecycle and topology ----
@@ -154,13 +156,38 @@ def _grad_name(name):
 
 
 def _host(x):
-    return np.ascontiguousarray(np.asarray(x))
+    a = np.asarray(x)  # (np.ascontiguousarray would make a 0-d array 1-d)
+    return a if a.flags.c_contiguous else np.ascontiguousarray(a)
+
+
+def _current_trace():
+    try:
+        from jax._src import core as _core
+        return _core.trace_ctx.trace
+    except (ImportError, AttributeError):  # another jax: no chaining across ops
+        return None
 
 
 def _ffi(target, out, vmap_method=None):
+    """The custom call of `target`, returning a function of (*operands, **attrs) -> outputs.
+
+    Every call also takes and returns an int32 ordering token: the output token of the
+    previous Tutti op traced into the same function feeds the next one, a data dependency that
+    makes XLA issue the ops in trace order (XLA's CPU runtime runs a jitted function's custom
+    calls one at a time, each to completion, in an order of its choosing among independent
+    ones; ranks whose programs differ slightly could otherwise pick different orders and wait
+    for each other). has_side_effect keeps ops whose result is unused."""
     _lib.register_ffi_targets()
-    return jax.ffi.ffi_call("tutti_" + target, out, has_side_effect=True,
+    multiple = isinstance(out, (list, tuple))
+    outs = [jax.ShapeDtypeStruct((), jnp.int32)] + (list(out) if multiple else [out])
+    call = jax.ffi.ffi_call("tutti_" + target, outs, has_side_effect=True,
                             vmap_method=vmap_method)
+
+    def run(tok, *operands, **attrs):
+        results = call(tok, *operands, **attrs)
+        return results[0], (list(results[1:]) if multiple else results[1])
+
+    return run
 
 
 # ---- allreduce ----
@@ -177,25 +204,46 @@ def _allreduce_host(x, name, op, prescale, postscale, ps):
     return jnp.asarray(out)
 
 
-def _allreduce_ffi(x, name, op, prescale, postscale, ps):
+def _take_token():
+    """The previous op's token when it belongs to the trace being built, else a fresh one."""
+    trace = _current_trace()
+    tok = _token[0]
+    if tok is None or trace is None or getattr(tok, "_trace", None) is not trace:
+        tok = jnp.zeros((), jnp.int32)
+    return tok
+
+
+def _put_token(tok):
+    _token[0] = tok if _current_trace() is not None else None
+
+
+def _ordered(f, *args):
+    """Calls the custom_vjp function f(*args, tok) -> (out, tok) with the trace's token."""
+    out, tok = f(*args, _take_token())
+    _put_token(tok)
+    return out
+
+
+def _allreduce_ffi(tok, x, name, op, prescale, postscale, ps):
     return _ffi("allreduce", jax.ShapeDtypeStruct(x.shape, x.dtype), "broadcast_all")(
-        x, name=name, op=np.int64(op), prescale=np.float64(prescale),
+        tok, x, name=name, op=np.int64(op), prescale=np.float64(prescale),
         postscale=np.float64(postscale), process_set=np.int64(ps))
 
 
 def _allreduce_traced(x, name, op, prescale, postscale, ps):
     @jax.custom_vjp
-    def f(x):
-        return _allreduce_ffi(x, name, op, prescale, postscale, ps)
+    def f(x, tok):
+        tok, y = _allreduce_ffi(tok, x, name, op, prescale, postscale, ps)
+        return y, tok
 
-    def fwd(x):
-        return f(x), None
+    def fwd(x, tok):
+        return f(x, tok), None
 
-    def bwd(_, g):
-        return (_allreduce_traced(g, _grad_name(name), op, prescale, postscale, ps),)
+    def bwd(_, cts):
+        return (_allreduce_traced(cts[0], _grad_name(name), op, prescale, postscale, ps), None)
 
     f.defvjp(fwd, bwd)
-    return f(x)
+    return _ordered(f, x)
 
 
 def allreduce(tensor, average: Optional[bool] = None, name: Optional[str] = None,
@@ -237,27 +285,28 @@ def _grouped_host(xs, names, op, prescale, postscale, ps):
     return [jnp.asarray(a) for a in outs]
 
 
-def _grouped_ffi(xs, names, op, prescale, postscale, ps):
+def _grouped_ffi(tok, xs, names, op, prescale, postscale, ps):
     outs = [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in xs]
-    return list(_ffi("grouped_allreduce", outs, "broadcast_all")(
-        *xs, names="\n".join(names), op=np.int64(op), prescale=np.float64(prescale),
-        postscale=np.float64(postscale), process_set=np.int64(ps)))
+    return _ffi("grouped_allreduce", outs, "broadcast_all")(
+        tok, *xs, names="\n".join(names), op=np.int64(op), prescale=np.float64(prescale),
+        postscale=np.float64(postscale), process_set=np.int64(ps))
 
 
 def _grouped_traced(xs, names, op, prescale, postscale, ps):
     @jax.custom_vjp
-    def f(xs):
-        return _grouped_ffi(xs, names, op, prescale, postscale, ps)
+    def f(xs, tok):
+        tok, ys = _grouped_ffi(tok, xs, names, op, prescale, postscale, ps)
+        return ys, tok
 
-    def fwd(xs):
-        return f(xs), None
+    def fwd(xs, tok):
+        return f(xs, tok), None
 
-    def bwd(_, gs):
-        return (_grouped_traced(list(gs), [_grad_name(s) for s in names], op, prescale,
-                                postscale, ps),)
+    def bwd(_, cts):
+        return (_grouped_traced(list(cts[0]), [_grad_name(s) for s in names], op, prescale,
+                                postscale, ps), None)
 
     f.defvjp(fwd, bwd)
-    return f(list(xs))
+    return _ordered(f, list(xs))
 
 
 def grouped_allreduce(tensors, average: Optional[bool] = None, name: Optional[str] = None,
@@ -276,8 +325,8 @@ def grouped_allreduce(tensors, average: Optional[bool] = None, name: Optional[st
         _check_dtype(t, "grouped_allreduce", name)
     ps = _set_id(process_set)
     if not _is_traced(*tensors):
-        names = ["%s.%d" % (name, i) for i in range(len(tensors))] if name else \
-            [""] * len(tensors)
+        base = name or _traced_name("grouped_allreduce.eager", None, ps)
+        names = ["%s.%d" % (base, i) for i in range(len(tensors))]
         return _grouped_host([jnp.asarray(t) for t in tensors], names, op, prescale_factor,
                              postscale_factor, ps)
     base = _traced_name("grouped_allreduce", name, ps)
@@ -301,21 +350,22 @@ def _broadcast_host(x, root, name, ps):
 
 def _broadcast_traced(x, root, name, ps):
     @jax.custom_vjp
-    def f(x):
-        return _ffi("broadcast", jax.ShapeDtypeStruct(x.shape, x.dtype), "broadcast_all")(
-            x, name=name, root=np.int64(root), process_set=np.int64(ps))
+    def f(x, tok):
+        tok, y = _ffi("broadcast", jax.ShapeDtypeStruct(x.shape, x.dtype), "broadcast_all")(
+            tok, x, name=name, root=np.int64(root), process_set=np.int64(ps))
+        return y, tok
 
-    def fwd(x):
-        return f(x), None
+    def fwd(x, tok):
+        return f(x, tok), None
 
-    def bwd(_, g):
-        g = _allreduce_traced(g, _grad_name(name), Average, 1.0, 1.0, ps)
+    def bwd(_, cts):
+        g = _allreduce_traced(cts[0], _grad_name(name), Average, 1.0, 1.0, ps)
         if _set_rank(ps) != root:
             g = jnp.zeros_like(g)
-        return (g,)
+        return (g, None)
 
     f.defvjp(fwd, bwd)
-    return f(x)
+    return _ordered(f, x)
 
 
 def broadcast(tensor, root_rank: int, name: Optional[str] = None, process_set=0):
@@ -356,19 +406,20 @@ def _allgather_traced(x, name, ps):
     start = sum(rows[:me])
 
     @jax.custom_vjp
-    def f(x):
+    def f(x, tok):
         out = jax.ShapeDtypeStruct((sum(rows),) + tuple(x.shape[1:]), x.dtype)
-        return _ffi("allgather", out)(x, name=name, process_set=np.int64(ps))
+        tok, y = _ffi("allgather", out)(tok, x, name=name, process_set=np.int64(ps))
+        return y, tok
 
-    def fwd(x):
-        return f(x), None
+    def fwd(x, tok):
+        return f(x, tok), None
 
-    def bwd(_, g):
-        g = _allreduce_traced(g, _grad_name(name), Average, 1.0, 1.0, ps)
-        return (jax.lax.slice_in_dim(g, start, start + rows[me], axis=0),)
+    def bwd(_, cts):
+        g = _allreduce_traced(cts[0], _grad_name(name), Average, 1.0, 1.0, ps)
+        return (jax.lax.slice_in_dim(g, start, start + rows[me], axis=0), None)
 
     f.defvjp(fwd, bwd)
-    return f(x)
+    return _ordered(f, x)
 
 
 def allgather(tensor, name: Optional[str] = None, process_set=0):
@@ -423,18 +474,19 @@ def _alltoall_traced(x, splits, name, ps):
     recv = [int(matrix[r][me]) for r in range(n)]
 
     @jax.custom_vjp
-    def f(x):
+    def f(x, tok):
         out = jax.ShapeDtypeStruct((sum(recv),) + tuple(x.shape[1:]), x.dtype)
-        return _ffi("alltoall", out)(x, name=name, splits=mine, process_set=np.int64(ps))
+        tok, y = _ffi("alltoall", out)(tok, x, name=name, splits=mine, process_set=np.int64(ps))
+        return y, tok
 
-    def fwd(x):
-        return f(x), None
+    def fwd(x, tok):
+        return f(x, tok), None
 
-    def bwd(_, g):
-        return (_alltoall_traced(g, recv, _grad_name(name), ps)[0],)
+    def bwd(_, cts):
+        return (_alltoall_traced(cts[0], recv, _grad_name(name), ps)[0], None)
 
     f.defvjp(fwd, bwd)
-    return f(x), recv
+    return _ordered(f, x), recv
 
 
 def alltoall(tensor, splits=None, name: Optional[str] = None, process_set=0):
@@ -484,22 +536,24 @@ def _reducescatter_traced(x, name, op, prescale, postscale, ps):
     scale = prescale * postscale * (n if op == Sum else 1)
 
     @jax.custom_vjp
-    def f(x):
+    def f(x, tok):
         out = jax.ShapeDtypeStruct((rows,) + tuple(x.shape[1:]), x.dtype)
-        return _ffi("reducescatter", out)(
-            x, name=name, op=np.int64(op), prescale=np.float64(prescale),
+        tok, y = _ffi("reducescatter", out)(
+            tok, x, name=name, op=np.int64(op), prescale=np.float64(prescale),
             postscale=np.float64(postscale), process_set=np.int64(ps))
+        return y, tok
 
-    def fwd(x):
-        return f(x), None
+    def fwd(x, tok):
+        return f(x, tok), None
 
-    def bwd(_, g):
+    def bwd(_, cts):
+        g = cts[0]
         if scale != 1.0:
             g = g * scale
-        return (_allgather_traced(g, _grad_name(name), ps),)
+        return (_allgather_traced(g, _grad_name(name), ps), None)
 
     f.defvjp(fwd, bwd)
-    return f(x)
+    return _ordered(f, x)
 
 
 def reducescatter(tensor, name: Optional[str] = None, op: int = Average,
