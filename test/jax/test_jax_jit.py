@@ -33,6 +33,38 @@ def test_many_independent_ops_in_one_jit(rank, size):
         np.testing.assert_allclose(np.asarray(bcast), 0.0)
 
 
+def _token_chain(jaxpr):
+    """The int32 token operand and result of each Tutti op at the top level of a jaxpr."""
+    chain = []
+    for e in jaxpr.eqns:
+        if e.primitive.name == "custom_vjp_call":
+            ins = [v for v in e.invars if str(v.aval) == "int32[]"]
+            outs = [v for v in e.outvars if str(v.aval) == "int32[]"]
+            chain.append((ins[-1], outs[-1]))
+    return chain
+
+
+def test_forward_and_backward_ops_form_one_chain(rank, size):
+    """Every collective of a gradient computation, forward and backward, is chained by the
+    ordering token: the backward ops (whose inputs need not depend on the forward ops'
+    results: here the loss is linear) cannot be issued before the forward ones."""
+    def f(x):
+        a = tj.allreduce(x * (rank + 1), op=tj.Sum)
+        b = tj.allgather(x)
+        c = tj.broadcast(x, 0)
+        return 3 * jnp.sum(a) + jnp.sum(b) + jnp.sum(c) * rank
+
+    chain = _token_chain(jax.make_jaxpr(jax.grad(f))(jnp.ones(3)).jaxpr)
+    assert len(chain) == 6, chain  # 3 forward, 3 backward
+    for (_, prev_out), (next_in, _) in zip(chain, chain[1:]):
+        assert next_in is prev_out, chain
+    g = jax.jit(jax.grad(f))(jnp.ones(3))
+    # Horovod's gradients: Sum-allreduce of 3, times rank + 1; the allgather's own rows of an
+    # averaged 1; the broadcast's averaged cotangent (the ranks' mean) on the root only
+    want = 3 * size * (rank + 1) + 1 + ((size - 1) / 2 if rank == 0 else 0)
+    np.testing.assert_allclose(np.asarray(g), want)
+
+
 def test_unused_result_is_still_issued(rank, size):
     """has_side_effect: an op whose result is unused still runs (else the peer would hang)."""
     @jax.jit

@@ -204,13 +204,25 @@ def _allreduce_host(x, name, op, prescale, postscale, ps):
     return jnp.asarray(out)
 
 
+def _in_trace(tok, trace):
+    """`tok` or the value it wraps (a JVP/linearize tracer's primal, a batch tracer's value)
+    as a tracer of `trace`, or None. This links a backward pass's first op to the forward
+    pass's last: both are traced into the same jitted function, the forward under a JVP
+    trace whose primal values are the outer trace's tracers."""
+    for _ in range(16):
+        if tok is None or not isinstance(tok, jax.core.Tracer):
+            return None
+        if getattr(tok, "_trace", None) is trace:
+            return tok
+        tok = next((getattr(tok, a) for a in ("primal", "val") if hasattr(tok, a)), None)
+    return None
+
+
 def _take_token():
     """The previous op's token when it belongs to the trace being built, else a fresh one."""
     trace = _current_trace()
-    tok = _token[0]
-    if tok is None or trace is None or getattr(tok, "_trace", None) is not trace:
-        tok = jnp.zeros((), jnp.int32)
-    return tok
+    tok = _in_trace(_token[0], trace) if trace is not None else None
+    return jnp.zeros((), jnp.int32) if tok is None else tok
 
 
 def _put_token(tok):
