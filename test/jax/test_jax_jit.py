@@ -160,8 +160,17 @@ def test_vmap(rank, size):
     xs = jnp.stack([jnp.arange(3.0) + rank, jnp.ones(3)])
     out = jax.jit(jax.vmap(lambda x: tj.allreduce(x, op=tj.Sum)))(xs)
     np.testing.assert_allclose(np.asarray(out[1]), size)
-    with pytest.raises(Exception, match="vmap"):
-        jax.vmap(tj.allgather)(jnp.ones((2, 3)))
+    # allgather, alltoall, reducescatter: one collective per batch element, in turn
+    X = jnp.arange(6.0).reshape(3, 2, 1) + 100 * rank
+    out = jax.jit(jax.vmap(tj.allgather))(X)
+    want = np.stack([np.concatenate([np.asarray(X[b]) + 100 * (k - rank) for k in range(size)])
+                     for b in range(3)])
+    np.testing.assert_allclose(np.asarray(out), want)
+    rs = jax.jit(jax.vmap(lambda v: tj.reducescatter(v, op=tj.Sum)))(jnp.ones((3, 2 * size, 2)))
+    assert rs.shape == (3, 2, 2)
+    np.testing.assert_allclose(np.asarray(rs), size)
+    a2 = jax.jit(jax.vmap(tj.alltoall))(jnp.ones((3, 2 * size)) * rank)
+    np.testing.assert_allclose(np.asarray(a2[0]), np.repeat(np.arange(size), 2))
 
 
 def test_mlp_training_identical_parameters(rank, size):

@@ -420,7 +420,7 @@ def _allgather_traced(x, name, ps):
     @jax.custom_vjp
     def f(x, tok):
         out = jax.ShapeDtypeStruct((sum(rows),) + tuple(x.shape[1:]), x.dtype)
-        tok, y = _ffi("allgather", out)(tok, x, name=name, process_set=np.int64(ps))
+        tok, y = _ffi("allgather", out, "sequential")(tok, x, name=name, process_set=np.int64(ps))
         return y, tok
 
     def fwd(x, tok):
@@ -437,7 +437,8 @@ def _allgather_traced(x, name, ps):
 def allgather(tensor, name: Optional[str] = None, process_set=0):
     """Concatenates every rank's `tensor` along the first dimension, in rank order; the
     first dimensions may differ across ranks (the other dimensions must agree).
-    Differentiable; inside jax.jit (the first dimensions are exchanged when it is traced)."""
+    Differentiable; inside jax.jit (the first dimensions are exchanged when it is traced);
+    under vmap, one allgather per batch element."""
     _require_init("allgather")
     _check_dtype(tensor, "allgather", name)
     ps = _set_id(process_set)
@@ -488,7 +489,8 @@ def _alltoall_traced(x, splits, name, ps):
     @jax.custom_vjp
     def f(x, tok):
         out = jax.ShapeDtypeStruct((sum(recv),) + tuple(x.shape[1:]), x.dtype)
-        tok, y = _ffi("alltoall", out)(tok, x, name=name, splits=mine, process_set=np.int64(ps))
+        tok, y = _ffi("alltoall", out, "sequential")(tok, x, name=name, splits=mine,
+                                                     process_set=np.int64(ps))
         return y, tok
 
     def fwd(x, tok):
@@ -550,7 +552,7 @@ def _reducescatter_traced(x, name, op, prescale, postscale, ps):
     @jax.custom_vjp
     def f(x, tok):
         out = jax.ShapeDtypeStruct((rows,) + tuple(x.shape[1:]), x.dtype)
-        tok, y = _ffi("reducescatter", out)(
+        tok, y = _ffi("reducescatter", out, "sequential")(
             tok, x, name=name, op=np.int64(op), prescale=np.float64(prescale),
             postscale=np.float64(postscale), process_set=np.int64(ps))
         return y, tok
