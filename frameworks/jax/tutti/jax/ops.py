@@ -357,7 +357,7 @@ def _broadcast_host(x, root, name, ps):
                                                     _lib.options(root=root, process_set=ps),
                                                     _lib.ctypes.byref(h)), what)
     _lib.wait(h.value, what)
-    return jnp.asarray(buf)
+    return buf  # numpy: the object collectives must not start JAX's backend
 
 
 def _broadcast_traced(x, root, name, ps):
@@ -387,7 +387,7 @@ def broadcast(tensor, root_rank: int, name: Optional[str] = None, process_set=0)
     _check_dtype(tensor, "broadcast", name)
     ps = _set_id(process_set)
     if not _is_traced(tensor):
-        return _broadcast_host(tensor, int(root_rank), name, ps)
+        return jnp.asarray(_broadcast_host(tensor, int(root_rank), name, ps))
     return _broadcast_traced(tensor, int(root_rank), _traced_name("broadcast", name, ps), ps)
 
 

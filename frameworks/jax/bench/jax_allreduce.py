@@ -1,0 +1,96 @@
+"""tutti.jax.allreduce inside jax.jit against JAX's own cross-process CPU psum (gloo), in the
+same job, on the same machine: median time per call and bus bandwidth per size.
+
+    tuttirun -np 2 --gloo python frameworks/jax/bench/jax_allreduce.py [--sizes-mib 1,4,16,64]
+
+Every rank starts Tutti, then jax.distributed (coordinator on rank 0, a free local port
+broadcast through Tutti) with jax_cpu_collectives_implementation=gloo; each process owns one
+CPU device of a global mesh, and JAX's psum runs under shard_map. busbw = 2 (n-1)/n * bytes / t
+(the ring's traffic, as nccl-tests and docs/PERFORMANCE.md count it). Rank 0 prints one line
+per size and op. docs/jax.md and docs/PERFORMANCE.md record the numbers.
+"""
+import argparse
+import os
+import socket
+import statistics
+import time
+
+os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false "
+                                   "intra_op_parallelism_threads=1")
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+import tutti.jax as tj  # noqa: E402
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def timed(fn, x, iters, warmup):
+    for _ in range(warmup):
+        jax.block_until_ready(fn(x))
+    times = []
+    for _ in range(iters):
+        tj.barrier()
+        t = time.perf_counter()
+        jax.block_until_ready(fn(x))
+        times.append(time.perf_counter() - t)
+    # the slowest rank's median
+    return max(tj.allgather_object(statistics.median(times)))
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--sizes-mib", default="1,4,16,64")
+    p.add_argument("--iters", type=int, default=10)
+    p.add_argument("--warmup", type=int, default=2)
+    args = p.parse_args()
+
+    tj.init()
+    rank, size = tj.rank(), tj.size()
+    port = tj.broadcast_object(free_port() if rank == 0 else None, 0)
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.distributed.initialize("127.0.0.1:%d" % port, num_processes=size, process_id=rank)
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+    try:
+        from jax import shard_map
+    except ImportError:
+        from jax.experimental.shard_map import shard_map
+    mesh = Mesh(np.array(jax.devices()), ("i",))
+    sharding = NamedSharding(mesh, P("i"))
+    psum = jax.jit(shard_map(lambda v: jax.lax.psum(v, "i"), mesh=mesh, in_specs=P("i"),
+                             out_specs=P("i")))
+    tutti = jax.jit(lambda v: tj.allreduce(v, op=tj.Sum, name="bench"))
+
+    if rank == 0:
+        print("ranks=%d jax=%s backend=%s" % (size, jax.__version__, jax.default_backend()))
+        print("%8s %-10s %10s %12s" % ("MiB", "op", "ms", "busbw GB/s"))
+    for mib in [float(s) for s in args.sizes_mib.split(",")]:
+        count = int(mib * (1 << 20) // 4)
+        local = jnp.full((count,), float(rank + 1), jnp.float32)
+        out = tutti(local)
+        assert float(out[0]) == size * (size + 1) / 2
+        t_tutti = timed(tutti, local, args.iters, args.warmup)
+        glob = jax.make_array_from_single_device_arrays(
+            (count * size,), sharding, [jax.device_put(local, jax.local_devices()[0])])
+        out = psum(glob)
+        assert float(out.addressable_shards[0].data[0]) == size * (size + 1) / 2
+        t_psum = timed(psum, glob, args.iters, args.warmup)
+        nbytes = count * 4
+        for name, t in (("tutti", t_tutti), ("jax-gloo", t_psum)):
+            busbw = 2 * (size - 1) / size * nbytes / t / 1e9
+            if rank == 0:
+                print("%8.1f %-10s %10.2f %12.3f" % (mib, name, t * 1e3, busbw))
+        if rank == 0:
+            print("%8.1f %-10s %10.2fx" % (mib, "ratio", t_psum / t_tutti))
+    jax.distributed.shutdown()
+    tj.shutdown()
+
+
+if __name__ == "__main__":
+    main()
