@@ -128,7 +128,7 @@ def test_alltoall(mode, dtype, rank, size):
 
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("dtype", [jnp.float16, jnp.float32, jnp.float64, jnp.int32])
-@pytest.mark.parametrize("rows", [1, 7])
+@pytest.mark.parametrize("rows", [0, 1, 7])
 def test_reducescatter(mode, dtype, rows, rank, size):
     x = rank_values(rank, (rows, 2), dtype)
     out = run(mode, functools.partial(tj.reducescatter, op=tj.Sum), x)
@@ -151,3 +151,29 @@ def test_topology(rank, size):
     assert 0 <= rank < size
     assert 0 <= tj.local_rank() < tj.local_size() <= size
     assert 0 <= tj.cross_rank() < tj.cross_size()
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_process_set(mode, rank, size):
+    """A set of the even ranks: its members reduce among themselves only."""
+    members = list(range(0, size, 2))
+    ps = tj.add_process_set(members)
+    try:
+        if rank in members:
+            out = run(mode, functools.partial(tj.allreduce, op=tj.Sum, process_set=ps),
+                      jnp.full(3, float(rank + 1)))
+            np.testing.assert_allclose(np.asarray(out), sum(r + 1 for r in members))
+            g = run(mode, functools.partial(tj.allgather, process_set=ps),
+                    jnp.full((1,), rank, jnp.int32))
+            np.testing.assert_array_equal(np.asarray(g), members)
+    finally:
+        tj.barrier()
+        tj.remove_process_set(ps)
+
+
+def test_join_contributes_zeros(rank, size):
+    """Rank 0 joins at once; the others allreduce (Sum) once more, rank 0 adding zeros."""
+    if rank != 0:
+        out = tj.allreduce(jnp.ones(2), op=tj.Sum, name="join.extra")
+        np.testing.assert_allclose(np.asarray(out), size - 1)
+    assert tj.join() in range(size)
