@@ -77,6 +77,20 @@ def test_unused_result_is_still_issued(rank, size):
     assert float(tj.allreduce(jnp.float32(1), op=tj.Sum)) == size
 
 
+def test_calls_dispatched_without_waiting(size):
+    """JAX dispatches jitted calls asynchronously: eight calls of one function (one tensor
+    name) issued before any result is read still run one after the other, each matched."""
+    f = jax.jit(lambda x: tj.allreduce(x, op=tj.Sum, name="async.dispatch"))
+    outs = [f(jnp.full((1 << 16,), float(i))) for i in range(8)]
+    for i, o in enumerate(outs):
+        assert float(o[0]) == i * size
+
+
+def test_grad_without_jit(rank, size):
+    g = jax.grad(lambda x: jnp.sum(tj.allreduce(x, op=tj.Sum) * 2))(jnp.ones(3) * rank)
+    np.testing.assert_allclose(np.asarray(g), 2 * size)
+
+
 def test_fori_loop(size):
     @jax.jit
     def f(x):
