@@ -9,6 +9,9 @@ CPU device of a global mesh, and JAX's psum runs under shard_map. busbw = 2 (n-1
 (the ring's traffic, as nccl-tests and docs/PERFORMANCE.md count it). Rank 0 prints one line
 per size and op. docs/jax.md and docs/PERFORMANCE.md record the numbers.
 
+--mpi4jax adds mpi4jax.allreduce from a jitted function (run the job under mpirun, in an
+environment with mpi4jax: mpi4py initializes MPI before Tutti starts, and Tutti uses it).
+
 --train-layers N adds a jitted data-parallel training step of an MLP (N square layers of
 --train-width, SGD, a local batch of --train-batch per rank): Tutti's (grads allreduced with
 tutti.jax.allreduce_gradients, one fused group) against JAX's (the same step under shard_map,
@@ -56,11 +59,15 @@ def main():
     p.add_argument("--sizes-mib", default="1,4,16,64")
     p.add_argument("--iters", type=int, default=10)
     p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--mpi4jax", action="store_true")
     p.add_argument("--train-layers", type=int, default=0)
     p.add_argument("--train-width", type=int, default=1024)
     p.add_argument("--train-batch", type=int, default=32)
     args = p.parse_args()
 
+    if args.mpi4jax:
+        import mpi4jax  # before tj.init(): mpi4py initializes MPI
+        from mpi4py import MPI
     tj.init()
     rank, size = tj.rank(), tj.size()
     port = tj.broadcast_object(free_port() if rank == 0 else None, 0)
@@ -76,6 +83,11 @@ def main():
     psum = jax.jit(shard_map(lambda v: jax.lax.psum(v, "i"), mesh=mesh, in_specs=P("i"),
                              out_specs=P("i")))
     tutti = jax.jit(lambda v: tj.allreduce(v, op=tj.Sum, name="bench"))
+    if args.mpi4jax:
+        def _m4j(v):
+            out = mpi4jax.allreduce(v, op=MPI.SUM, comm=MPI.COMM_WORLD)
+            return out[0] if isinstance(out, tuple) else out  # (result, token) before 0.6
+        m4j = jax.jit(_m4j)
 
     if rank == 0:
         print("ranks=%d jax=%s backend=%s" % (size, jax.__version__, jax.default_backend()))
@@ -92,12 +104,19 @@ def main():
         assert float(out.addressable_shards[0].data[0]) == size * (size + 1) / 2
         t_psum = timed(psum, glob, args.iters, args.warmup)
         nbytes = count * 4
-        for name, t in (("tutti", t_tutti), ("jax-gloo", t_psum)):
+        rows = [("tutti", t_tutti), ("jax-gloo", t_psum)]
+        if args.mpi4jax:
+            out = m4j(local)
+            assert float(out[0]) == size * (size + 1) / 2
+            rows.append(("mpi4jax", timed(m4j, local, args.iters, args.warmup)))
+        for name, t in rows:
             busbw = 2 * (size - 1) / size * nbytes / t / 1e9
             if rank == 0:
                 print("%8.1f %-10s %10.2f %12.3f" % (mib, name, t * 1e3, busbw))
         if rank == 0:
             print("%8.1f %-10s %10.2fx" % (mib, "ratio", t_psum / t_tutti))
+            if args.mpi4jax:
+                print("%8.1f %-10s %10.2fx" % (mib, "vs mpi4jax", rows[2][1] / t_tutti))
     if args.train_layers:
         train(args, mesh, sharding, shard_map, P, rank, size)
     jax.distributed.shutdown()
