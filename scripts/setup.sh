@@ -107,11 +107,35 @@ fi
 check='import sys, torch, pytest, numpy, mpi4py; sys.exit(torch.__version__.split("+")[0] != sys.argv[1])'
 if [ -x "$TORCH_VENV/bin/python" ] && "$TORCH_VENV/bin/python" -c "$check" "$TORCH_VERSION" 2>/dev/null; then
   echo "setup: $TORCH_VENV already has torch $TORCH_VERSION"
-  exit 0
-fi
+else
 py=$(command -v python3)
 echo "setup: creating $TORCH_VENV with $py ($("$py" --version 2>&1)) and torch==$TORCH_VERSION"
 "$py" -m venv "$TORCH_VENV"
 "$TORCH_VENV/bin/python" -m pip install -q --disable-pip-version-check \
   "torch==$TORCH_VERSION" pytest numpy mpi4py
 "$TORCH_VENV/bin/python" -c "$check" "$TORCH_VERSION"
+fi
+
+# ---- JAX (CPU wheels) in the same venv, for tutti.jax (docs/jax.md) ----
+# jax/jaxlib 0.10.2 need numpy>=2.0, ml_dtypes>=0.5.0, scipy>=1.14: compatible with
+# tensorflow-cpu 2.21.0's numpy>=1.26 and ml_dtypes>=0.5.1,<1.0, so both live in one venv.
+# optax (small, pure Python) is for tutti.jax.DistributedOptimizer's tests. SKIP_JAX=1 leaves
+# them out; the build then skips tutti.jax. Measured: 12 s to install from a warm pip cache,
+# 2.5 s to check when present.
+JAX_VERSION=${JAX_VERSION:-0.10.2}
+OPTAX_VERSION=${OPTAX_VERSION:-0.2.8}
+if [ "${SKIP_JAX:-0}" = 1 ]; then
+  echo "setup: SKIP_JAX=1: no jax in $TORCH_VENV"
+else
+  jax_check='import sys, jax, jaxlib, optax
+sys.exit(not (jax.__version__ == jaxlib.__version__ == sys.argv[1] and optax.__version__ == sys.argv[2]))'
+  if "$TORCH_VENV/bin/python" -c "$jax_check" "$JAX_VERSION" "$OPTAX_VERSION" 2>/dev/null; then
+    echo "setup: $TORCH_VENV already has jax $JAX_VERSION and optax $OPTAX_VERSION"
+  else
+    echo "setup: installing jax==$JAX_VERSION jaxlib==$JAX_VERSION (CPU) optax==$OPTAX_VERSION" \
+         "into $TORCH_VENV"
+    "$TORCH_VENV/bin/python" -m pip install -q --disable-pip-version-check \
+      "jax==$JAX_VERSION" "jaxlib==$JAX_VERSION" "optax==$OPTAX_VERSION"
+    "$TORCH_VENV/bin/python" -c "$jax_check" "$JAX_VERSION" "$OPTAX_VERSION"
+  fi
+fi
