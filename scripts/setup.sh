@@ -107,11 +107,30 @@ fi
 check='import sys, torch, pytest, numpy, mpi4py; sys.exit(torch.__version__.split("+")[0] != sys.argv[1])'
 if [ -x "$TORCH_VENV/bin/python" ] && "$TORCH_VENV/bin/python" -c "$check" "$TORCH_VERSION" 2>/dev/null; then
   echo "setup: $TORCH_VENV already has torch $TORCH_VERSION"
-  exit 0
+else
+  py=$(command -v python3)
+  echo "setup: creating $TORCH_VENV with $py ($("$py" --version 2>&1)) and torch==$TORCH_VERSION"
+  "$py" -m venv "$TORCH_VENV"
+  "$TORCH_VENV/bin/python" -m pip install -q --disable-pip-version-check \
+    "torch==$TORCH_VERSION" pytest numpy mpi4py
+  "$TORCH_VENV/bin/python" -c "$check" "$TORCH_VERSION"
 fi
-py=$(command -v python3)
-echo "setup: creating $TORCH_VENV with $py ($("$py" --version 2>&1)) and torch==$TORCH_VERSION"
-"$py" -m venv "$TORCH_VENV"
-"$TORCH_VENV/bin/python" -m pip install -q --disable-pip-version-check \
-  "torch==$TORCH_VERSION" pytest numpy mpi4py
-"$TORCH_VENV/bin/python" -c "$check" "$TORCH_VERSION"
+
+# ---- TensorFlow (tutti.tensorflow, tutti.keras) in the same venv ----
+# tensorflow-cpu (a 274 MB wheel, about 1.3 GB installed) with the Keras 3 it depends on.
+# SKIP_TF=1 leaves it out; the TensorFlow tests are then not registered.
+TF_VERSION=${TF_VERSION:-2.21.0}
+if [ "${SKIP_TF:-0}" = 1 ]; then
+  echo "setup: SKIP_TF=1: no tensorflow-cpu $TF_VERSION in $TORCH_VENV"
+else
+  tf_check='import sys, importlib.metadata as m; sys.exit(m.version("tensorflow-cpu") != sys.argv[1])'
+  if "$TORCH_VENV/bin/python" -c "$tf_check" "$TF_VERSION" 2>/dev/null; then
+    echo "setup: $TORCH_VENV already has tensorflow $TF_VERSION"
+  else
+    echo "setup: installing tensorflow-cpu==$TF_VERSION into $TORCH_VENV"
+    "$TORCH_VENV/bin/python" -m pip install -q --disable-pip-version-check \
+      "tensorflow-cpu==$TF_VERSION"
+    "$TORCH_VENV/bin/python" -m pip check
+    "$TORCH_VENV/bin/python" -c "import torch, tensorflow, keras; $tf_check" "$TF_VERSION"
+  fi
+fi
