@@ -12,6 +12,19 @@
 # Sets TUTTI_TENSORFLOW_FOUND, TUTTI_TENSORFLOW_{PYTHON,VERSION,COMPILE_FLAGS,LINK_FLAGS} and
 # TUTTI_TENSORFLOW_MISSING, the reason when nothing was found.
 
+# Switched off (-DTUTTI_WITH_TENSORFLOW=OFF or the environment variable): no probe, which
+# imports TensorFlow (seconds).
+set(_tf_request "${TUTTI_WITH_TENSORFLOW}")
+if((_tf_request STREQUAL "" OR _tf_request STREQUAL "AUTO") AND DEFINED ENV{TUTTI_WITH_TENSORFLOW})
+  set(_tf_request "$ENV{TUTTI_WITH_TENSORFLOW}")
+endif()
+string(TOUPPER "${_tf_request}" _tf_request)
+if(_tf_request MATCHES "^(0|OFF|NO|FALSE|N)$")
+  set(TUTTI_TENSORFLOW_FOUND OFF)
+  set(TUTTI_TENSORFLOW_MISSING "TensorFlow was not looked for (TUTTI_WITH_TENSORFLOW=OFF)")
+  return()
+endif()
+
 if(SKBUILD)
   set(_default_tf_pythons ${Python3_EXECUTABLE} ${Python_EXECUTABLE})
   list(REMOVE_DUPLICATES _default_tf_pythons)
