@@ -29,6 +29,21 @@ def broadcast_variables(variables, root_rank, process_set=global_process_set, in
         _assign_broadcast(variables, root_rank, process_set)
 
 
+def broadcast_(variables, root_rank, name=None, process_set=global_process_set):
+    """Broadcasts `variables` from `root_rank` in place (assigning each the root's value);
+    returns their new values."""
+    variables = list(variables)
+    broadcast_variables(variables, root_rank, process_set=process_set)
+    return [tf.convert_to_tensor(v) for v in variables]
+
+
+def broadcast_object_fn(root_rank=0, session=None, name=None, process_set=global_process_set):
+    """A function obj -> the root's obj (broadcast_object with these arguments bound)."""
+    def _fn(obj):
+        return broadcast_object(obj, root_rank, name=name, process_set=process_set)
+    return _fn
+
+
 def _to_bytes_tensor(obj):
     buffer = io.BytesIO()
     pickle.dump(obj, buffer)
