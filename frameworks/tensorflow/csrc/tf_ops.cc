@@ -533,12 +533,36 @@ class AlltoallOp : public TuttiKernel {
                       errors::InvalidArgument("tutti.alltoall: splits must be a vector (got "
                                               "shape ", splits.shape().DebugString(), ")"),
                       done);
+    // The splits are checked here too, so that every rank reports bad ones as
+    // InvalidArgument at once, whatever the other ranks are doing by then.
+    const int set_size = tutti_process_set_size(process_set_);
+    auto flat = splits.flat<int32_t>();
+    if (set_size > 0) {
+      const int64_t rows = input.dim_size(0);
+      if (flat.size() == 0) {
+        OP_REQUIRES_ASYNC(context, rows % set_size == 0,
+                          errors::InvalidArgument("tutti.alltoall: alltoall '", tensor_name_,
+                                                  "': first dimension ", rows,
+                                                  " does not split evenly over ", set_size,
+                                                  " ranks; pass splits"),
+                          done);
+      } else {
+        int64_t sum = 0;
+        for (int64_t i = 0; i < flat.size(); ++i) sum += flat(i);
+        OP_REQUIRES_ASYNC(context, flat.size() == set_size && sum == rows,
+                          errors::InvalidArgument("tutti.alltoall: alltoall '", tensor_name_,
+                                                  "': ", flat.size(), " splits summing to ", sum,
+                                                  " for a first dimension of ", rows, " over ",
+                                                  set_size, " ranks (expected ", set_size,
+                                                  " splits summing to ", rows, ")"),
+                          done);
+      }
+    }
     tutti_tensor_t in;
     OP_REQUIRES_OK_ASYNC(context, toView(input, what_, &in), done);
     PendingPtr p = makePending(context, std::move(done));
     p->dtype = input.dtype();
     p->wants_result = true;
-    auto flat = splits.flat<int32_t>();
     for (int64_t i = 0; i < flat.size(); ++i) p->splits.push_back(flat(i));
     p->finish = [](Pending* q, tutti_result_t* r) {
       Status status = setAllocatedOutput(q, r, 0);

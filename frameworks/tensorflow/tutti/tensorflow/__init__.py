@@ -30,7 +30,8 @@ from tutti.tensorflow.mpi_ops import (  # noqa: E402,F401
     grouped_allgather, handle_average_backwards_compatibility, join, local_rank_op,
     local_size_op, process_set_included_op, rank_op, size_op)
 from tutti.tensorflow.functions import (  # noqa: E402,F401
-    allgather_object, broadcast_, broadcast_object, broadcast_object_fn, broadcast_variables)
+    allgather_object, broadcast_, broadcast_global_variables, broadcast_object,
+    broadcast_object_fn, broadcast_variables)
 from tutti.tensorflow.util import _executing_eagerly  # noqa: E402,F401
 from tutti.tensorflow import util  # noqa: E402,F401
 

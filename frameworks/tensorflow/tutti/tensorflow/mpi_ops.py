@@ -149,14 +149,16 @@ def allgather(tensor, name=None, ignore_name_scope=False, process_set=global_pro
 
 @_tf_ops.RegisterGradient("TuttiAllgather")
 def _allgather_grad(op, grad):
-    """The gradient of an allgather (as Horovod): the summed gradient, this rank's rows."""
+    """The gradient of an allgather, as Horovod defines it: the gradient averaged over the
+    set, this rank's rows of it."""
     process_set = _temp_process_set(op.get_attr("process_set"))
-    grad = _allreduce(grad, op=Sum, process_set=process_set)
+    grad = _allreduce(grad, op=Average, process_set=process_set)
     with tf.device("/cpu:0"):
         dim0 = tf.reshape(tf.shape(op.inputs[0], out_type=tf.int64)[0], [1])
-        dims = allgather(dim0, process_set=process_set)
-        splits = tf.split(grad, num_or_size_splits=dims, axis=0)
-        return splits[process_set.rank() if process_set.process_set_id else _basics.rank()]
+        n = _set_size(process_set)
+        dims = tf.reshape(allgather(dim0, process_set=process_set), [n])
+    splits = tf.split(grad, num_or_size_splits=dims, axis=0, num=n)
+    return splits[process_set.rank() if process_set.process_set_id else _basics.rank()]
 
 
 def grouped_allgather(tensors, name=None, ignore_name_scope=False,
@@ -179,10 +181,10 @@ def broadcast(tensor, root_rank, name=None, ignore_name_scope=False,
 
 @_tf_ops.RegisterGradient("TuttiBroadcast")
 def _broadcast_grad(op, grad):
-    """The gradient of a broadcast (as Horovod): the summed gradient on the root, zero on
-    the other ranks."""
+    """The gradient of a broadcast, as Horovod defines it: the gradient averaged over the
+    set on the root, zero on the other ranks."""
     process_set = _temp_process_set(op.get_attr("process_set"))
-    reduced = _allreduce(grad, op=Sum, process_set=process_set)
+    reduced = _allreduce(grad, op=Average, process_set=process_set)
     my_rank = process_set.rank() if process_set.process_set_id else _basics.rank()
     if my_rank != op.get_attr("root_rank"):
         return reduced * 0
