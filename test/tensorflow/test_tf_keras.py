@@ -102,3 +102,17 @@ def test_learning_rate_warmup():
 def test_wraps_only_keras_optimizers():
     with pytest.raises(ValueError, match="Keras 3 optimizer"):
         hvd.DistributedOptimizer(object())
+
+
+def test_xla_compiled_model_trains_without_xla():
+    """jit_compile=True (what Keras' "auto" picks where TensorFlow sees a GPU): the callbacks
+    rebuild the train function without XLA, with a warning, and training works."""
+    model = _model(seed=3)
+    model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.01)), loss="mse",
+                  jit_compile=True)
+    x, y = _data(seed=hvd.rank(), n=16)
+    with pytest.warns(UserWarning, match="no XLA kernel"):
+        model.fit(x, y, batch_size=8, epochs=1, verbose=0,
+                  callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0)])
+    assert model.jit_compile is False
+    _same_on_every_rank(model.get_weights())

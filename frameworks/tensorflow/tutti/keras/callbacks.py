@@ -1,5 +1,7 @@
 """Keras 3 callbacks for data-parallel training (horovod.keras.callbacks)."""
 
+import warnings
+
 import keras
 import numpy as np
 import tensorflow as tf
@@ -13,6 +15,21 @@ def _optimizer_variables(model):
     if optimizer is None:
         return []
     return list(optimizer.variables)
+
+
+def _without_xla(model):
+    """Tutti's collectives have no XLA kernel: a train function compiled with XLA
+    (jit_compile=True, or Keras' "auto" where TensorFlow sees a GPU) cannot run the
+    DistributedOptimizer's allreduce. Rebuilds it without XLA, with a warning."""
+    if getattr(model, "run_eagerly", False) or not getattr(model, "jit_compile", False):
+        return
+    warnings.warn(
+        "tutti.keras: the model was compiled with XLA (jit_compile=True, or jit_compile="
+        "\"auto\" where TensorFlow sees a GPU), but Tutti's collectives have no XLA kernel; "
+        "training runs with jit_compile=False. Pass jit_compile=False to model.compile() to "
+        "silence this.", stacklevel=2)
+    model.jit_compile = False
+    model.make_train_function(force=True)
 
 
 class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
@@ -33,6 +50,7 @@ class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
             broadcast_variables(opt_vars, self.root_rank, process_set=self.process_set)
 
     def on_train_begin(self, logs=None):
+        _without_xla(self.model)
         self._broadcast()
 
     def on_batch_end(self, batch, logs=None):
@@ -50,6 +68,9 @@ class MetricAverageCallback(keras.callbacks.Callback):
     def __init__(self, device="", process_set=global_process_set):
         super().__init__()
         self.process_set = process_set
+
+    def on_train_begin(self, logs=None):
+        _without_xla(self.model)
 
     def on_epoch_end(self, epoch, logs=None):
         if not logs:
