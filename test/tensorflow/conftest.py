@@ -2,15 +2,14 @@
 in the same order, in one process (TensorFlow's import takes seconds: one per rank).
 
 Tutti is initialized once per process (from the launcher's environment; a plain `pytest` is
-a world of one) and shut down when the session ends. test_tf_init.py runs first (pytest
-orders files by name... it is named so) and checks the error before init.
+a world of one) once every test module is collected, and shut down when the session ends.
+test_tf_00_init.py checks the errors before init while it is imported.
 """
 
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 # Up to 3 ranks share 2 cores: one thread per pool each avoids oversubscription.
@@ -25,11 +24,11 @@ def pytest_sessionfinish(session, exitstatus):
         hvd.shutdown()
 
 
-@pytest.fixture(scope="session", autouse=True)
-def initialized():
+def pytest_collection_finish(session):
+    # After every test module was imported (test_tf_00_init.py checks the errors before init
+    # at import), before the first test and its skipif conditions.
     if not hvd.is_initialized():
         hvd.init()
-    yield
 
 
 def rank_values(rank, shape, dtype):

@@ -1,6 +1,5 @@
-"""Before init: every op and topology call says to call init. Runs first (its name sorts
-first); the session fixture initializes afterwards... so this module opts out of it by
-running its checks at import, before any fixture."""
+"""Before init: an op and a topology call say to call init. The checks run while this module
+is imported, before conftest.py initializes Tutti (once collection is done)."""
 
 import tensorflow as tf
 
