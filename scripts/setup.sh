@@ -108,12 +108,31 @@ check='import sys, torch, pytest, numpy, mpi4py; sys.exit(torch.__version__.spli
 if [ -x "$TORCH_VENV/bin/python" ] && "$TORCH_VENV/bin/python" -c "$check" "$TORCH_VERSION" 2>/dev/null; then
   echo "setup: $TORCH_VENV already has torch $TORCH_VERSION"
 else
-py=$(command -v python3)
-echo "setup: creating $TORCH_VENV with $py ($("$py" --version 2>&1)) and torch==$TORCH_VERSION"
-"$py" -m venv "$TORCH_VENV"
-"$TORCH_VENV/bin/python" -m pip install -q --disable-pip-version-check \
-  "torch==$TORCH_VERSION" pytest numpy mpi4py
-"$TORCH_VENV/bin/python" -c "$check" "$TORCH_VERSION"
+  py=$(command -v python3)
+  echo "setup: creating $TORCH_VENV with $py ($("$py" --version 2>&1)) and torch==$TORCH_VERSION"
+  "$py" -m venv "$TORCH_VENV"
+  "$TORCH_VENV/bin/python" -m pip install -q --disable-pip-version-check \
+    "torch==$TORCH_VERSION" pytest numpy mpi4py
+  "$TORCH_VENV/bin/python" -c "$check" "$TORCH_VERSION"
+fi
+
+# ---- TensorFlow (tutti.tensorflow, tutti.keras) in the same venv ----
+# tensorflow-cpu (a 274 MB wheel, about 1.3 GB installed) with the Keras 3 it depends on.
+# SKIP_TF=1 leaves it out; the TensorFlow tests are then not registered.
+TF_VERSION=${TF_VERSION:-2.21.0}
+if [ "${SKIP_TF:-0}" = 1 ]; then
+  echo "setup: SKIP_TF=1: no tensorflow-cpu $TF_VERSION in $TORCH_VENV"
+else
+  tf_check='import sys, importlib.metadata as m; sys.exit(m.version("tensorflow-cpu") != sys.argv[1])'
+  if "$TORCH_VENV/bin/python" -c "$tf_check" "$TF_VERSION" 2>/dev/null; then
+    echo "setup: $TORCH_VENV already has tensorflow $TF_VERSION"
+  else
+    echo "setup: installing tensorflow-cpu==$TF_VERSION into $TORCH_VENV"
+    "$TORCH_VENV/bin/python" -m pip install -q --disable-pip-version-check \
+      "tensorflow-cpu==$TF_VERSION"
+    "$TORCH_VENV/bin/python" -m pip check
+    "$TORCH_VENV/bin/python" -c "import torch, tensorflow, keras; $tf_check" "$TF_VERSION"
+  fi
 fi
 
 # ---- JAX (CPU wheels) in the same venv, for tutti.jax (docs/jax.md) ----
@@ -136,6 +155,7 @@ sys.exit(not (jax.__version__ == jaxlib.__version__ == sys.argv[1] and optax.__v
          "into $TORCH_VENV"
     "$TORCH_VENV/bin/python" -m pip install -q --disable-pip-version-check \
       "jax==$JAX_VERSION" "jaxlib==$JAX_VERSION" "optax==$OPTAX_VERSION"
+    "$TORCH_VENV/bin/python" -m pip check  # next to torch and TensorFlow
     "$TORCH_VENV/bin/python" -c "$jax_check" "$JAX_VERSION" "$OPTAX_VERSION"
   fi
 fi

@@ -1,0 +1,162 @@
+"""Keras 3 callbacks for data-parallel training (horovod.keras.callbacks)."""
+
+import warnings
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from tutti.tensorflow import Average, allreduce, broadcast_variables, size
+from tutti.tensorflow.basics import global_process_set
+
+
+def _optimizer_variables(model):
+    optimizer = getattr(model, "optimizer", None)
+    if optimizer is None:
+        return []
+    return list(optimizer.variables)
+
+
+def _without_xla(model):
+    """Tutti's collectives have no XLA kernel: a train function compiled with XLA
+    (jit_compile=True, or Keras' "auto" where TensorFlow sees a GPU) cannot run the
+    DistributedOptimizer's allreduce. Rebuilds it without XLA, with a warning."""
+    if getattr(model, "run_eagerly", False) or not getattr(model, "jit_compile", False):
+        return
+    warnings.warn(
+        "tutti.keras: the model was compiled with XLA (jit_compile=True, or jit_compile="
+        "\"auto\" where TensorFlow sees a GPU), but Tutti's collectives have no XLA kernel; "
+        "training runs with jit_compile=False. Pass jit_compile=False to model.compile() to "
+        "silence this.", stacklevel=2)
+    model.jit_compile = False
+    model.make_train_function(force=True)
+
+
+class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
+    """Makes every rank start from the weights and optimizer state of `root_rank`: broadcasts
+    them when training begins, and again after the first batch (which builds what a lazily
+    built optimizer had not), as Horovod does."""
+
+    def __init__(self, root_rank, device="", process_set=global_process_set):
+        super().__init__()
+        self.root_rank = root_rank
+        self.process_set = process_set
+        self.broadcast_done = False
+
+    def _broadcast(self):
+        broadcast_variables(self.model.variables, self.root_rank, process_set=self.process_set)
+        opt_vars = _optimizer_variables(self.model)
+        if opt_vars:
+            broadcast_variables(opt_vars, self.root_rank, process_set=self.process_set)
+
+    def on_train_begin(self, logs=None):
+        _without_xla(self.model)
+        self._broadcast()
+
+    def on_batch_end(self, batch, logs=None):
+        if self.broadcast_done:
+            return
+        self._broadcast()
+        self.broadcast_done = True
+
+
+class MetricAverageCallback(keras.callbacks.Callback):
+    """Averages the epoch's metrics (logs) over the ranks at the end of every epoch, so that
+    every rank reports (and later callbacks see) the same values. Put it before callbacks
+    that read metrics (ReduceLROnPlateau, checkpoints)."""
+
+    def __init__(self, device="", process_set=global_process_set):
+        super().__init__()
+        self.process_set = process_set
+
+    def on_train_begin(self, logs=None):
+        _without_xla(self.model)
+
+    def on_epoch_end(self, epoch, logs=None):
+        if not logs:
+            return
+        for key in sorted(logs):
+            value = logs[key]
+            if isinstance(value, (int, float, np.floating, np.integer)) or (
+                    hasattr(value, "shape") and np.ndim(value) == 0):
+                reduced = allreduce(tf.constant(float(value), dtype=tf.float64), op=Average,
+                                    name="metric_average.%s" % key,
+                                    process_set=self.process_set)
+                logs[key] = float(reduced.numpy())
+
+
+def _set_lr(optimizer, value):
+    lr = optimizer.learning_rate
+    if hasattr(lr, "assign"):
+        lr.assign(value)
+    else:
+        optimizer.learning_rate = value
+
+
+def _get_lr(optimizer):
+    return float(keras.ops.convert_to_numpy(optimizer.learning_rate))
+
+
+class LearningRateScheduleCallback(keras.callbacks.Callback):
+    """Sets the learning rate to initial_lr * multiplier(epoch) between start_epoch and
+    end_epoch; with steps_per_epoch, epoch is fractional and updated every batch
+    (staircase=False)."""
+
+    def __init__(self, initial_lr, multiplier, start_epoch=0, end_epoch=None, staircase=True,
+                 momentum_correction=True, steps_per_epoch=None):
+        super().__init__()
+        self.initial_lr = initial_lr
+        self.start_epoch = start_epoch
+        self.end_epoch = end_epoch
+        self.staircase = staircase
+        self.steps_per_epoch = steps_per_epoch
+        self.current_epoch = None
+        self.multiplier = multiplier if callable(multiplier) else (lambda epoch: multiplier)
+
+    def _in_range(self, epoch):
+        return epoch >= self.start_epoch and (self.end_epoch is None or epoch < self.end_epoch)
+
+    def _adjust(self, epoch):
+        _set_lr(self.model.optimizer, self.initial_lr * self.multiplier(epoch))
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.current_epoch = epoch
+        if self.staircase and self._in_range(epoch):
+            self._adjust(epoch)
+
+    def on_batch_begin(self, batch, logs=None):
+        if self.staircase or not self._in_range(self.current_epoch):
+            return
+        if not self.steps_per_epoch:
+            raise ValueError("LearningRateScheduleCallback(staircase=False) needs "
+                             "steps_per_epoch")
+        self._adjust(self.current_epoch + float(batch) / self.steps_per_epoch)
+
+    def on_epoch_end(self, epoch, logs=None):
+        if logs is not None:
+            logs["lr"] = _get_lr(self.model.optimizer)
+
+
+class LearningRateWarmupCallback(LearningRateScheduleCallback):
+    """Ramps the learning rate from initial_lr / size() to initial_lr over warmup_epochs
+    (Goyal et al.), per batch when steps_per_epoch is given (Horovod's formula:
+    lr = initial_lr * (epoch * (size - 1) / warmup_epochs + 1) / size)."""
+
+    def __init__(self, initial_lr, warmup_epochs=5, momentum_correction=True,
+                 steps_per_epoch=None, verbose=0):
+        def multiplier(epoch):
+            epoch += 1.0 / self.steps_per_epoch if self.steps_per_epoch else 0.0
+            return 1.0 / size() * (epoch * (size() - 1) / warmup_epochs + 1)
+
+        super().__init__(initial_lr, multiplier, start_epoch=0, end_epoch=warmup_epochs,
+                         staircase=steps_per_epoch is None,
+                         momentum_correction=momentum_correction,
+                         steps_per_epoch=steps_per_epoch)
+        self.verbose = verbose
+        self.warmup_epochs = warmup_epochs
+
+    def on_epoch_end(self, epoch, logs=None):
+        super().on_epoch_end(epoch, logs)
+        if epoch == self.warmup_epochs - 1 and self.verbose > 0:
+            print("\nEpoch %d: finished gradual learning rate warmup to %g."
+                  % (epoch + 1, _get_lr(self.model.optimizer)))

@@ -1,0 +1,65 @@
+"""Process sets and the timeline: ops on a subset of the ranks, and tensor names of
+TensorFlow ops in Tutti's timeline."""
+
+import json
+import os
+import tempfile
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tutti.tensorflow as hvd
+
+
+@pytest.mark.skipif("hvd.size() < 2")
+def test_process_set_ops():
+    ranks = [0, 1]
+    ps = hvd.add_process_set(ranks)
+    try:
+        assert ps.size() == 2
+        if hvd.rank() in ranks:
+            assert ps.included() and ps.rank() == hvd.rank()
+            out = hvd.allreduce(tf.fill([3], float(hvd.rank() + 1)), op=hvd.Sum,
+                                process_set=ps)
+            np.testing.assert_allclose(out.numpy(), 3.0)
+            gathered = hvd.allgather(tf.fill([hvd.rank() + 1], hvd.rank()), process_set=ps)
+            np.testing.assert_array_equal(gathered.numpy(), [0, 1, 1])
+            g = tf.fill([2], 1.0)
+            with tf.GradientTape() as tape:
+                tape.watch(g)
+                y = hvd.allreduce(g, op=hvd.Sum, process_set=ps)
+            np.testing.assert_allclose(tape.gradient(y, g).numpy(), 2.0)
+        else:
+            assert not ps.included()
+    finally:
+        hvd.remove_process_set(ps)
+
+
+def test_unregistered_process_set_refused():
+    with pytest.raises(ValueError, match="not registered"):
+        hvd.allreduce(tf.ones([1]), process_set=hvd.ProcessSet([0]))
+
+
+def test_timeline_carries_tensor_names():
+    path = hvd.broadcast_object(
+        os.path.join(tempfile.mkdtemp(prefix="tutti-tf-timeline-"), "timeline.json")
+        if hvd.rank() == 0 else None, root_rank=0, name="timeline_path")
+    hvd.start_timeline(path)
+    try:
+        hvd.allreduce(tf.ones([4]), op=hvd.Sum, name="timeline.named_tensor")
+
+        @tf.function
+        def traced(x):
+            return hvd.allreduce(x, op=hvd.Sum)
+
+        traced(tf.ones([2]))
+    finally:
+        hvd.stop_timeline()
+    hvd.barrier()
+    if hvd.rank() == 0:
+        with open(path) as f:
+            text = f.read()
+        assert "timeline.named_tensor" in text, text[:2000]
+        assert "allreduce.x_0" in text, text[:2000]  # the graph name of the traced input
+        json.loads(text if text.rstrip().endswith("]") else text.rstrip().rstrip(",") + "]")
