@@ -382,10 +382,17 @@ void defineExceptions(py::module_& m) {
 }  // namespace detail
 }  // namespace tutti
 
+namespace tutti {
+namespace detail {
+void defineC10dBackend(py::module& m);  // c10d_backend.cc
+}  // namespace detail
+}  // namespace tutti
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   using namespace tutti::detail;
   m.doc() = "Tutti collectives on torch tensors (internal; use tutti.torch)";
   defineExceptions(m);
+  defineC10dBackend(m);
 
   py::class_<OutputSlot, std::shared_ptr<OutputSlot>>(m, "OutputSlot");
 
