@@ -251,14 +251,17 @@ struct Pending {
 
 // The Tutti runtime the backends share: started by the first backend (from its store) unless
 // the program started it; shut down when the last backend that started it is gone.
+struct StoreContext {
+  c10::intrusive_ptr<c10d::Store> store;
+};
+
 std::mutex g_runtime_mu;
 int g_users = 0;
 bool g_we_started = false;
 int g_groups_made = 0;
-
-struct StoreContext {
-  c10::intrusive_ptr<c10d::Store> store;
-};
+// The store the runtime we started connects through: kept until that runtime is shut down,
+// then let go (torch makes a new one for the next init_process_group).
+std::unique_ptr<StoreContext> g_store;
 
 int storeSet(const char* key, const void* value, size_t nbytes, void* user) {
   auto* ctx = static_cast<StoreContext*>(user);
@@ -272,22 +275,21 @@ int storeSet(const char* key, const void* value, size_t nbytes, void* user) {
   }
 }
 
+// Polls with check() (backing off to 50 ms) rather than blocking in the store's wait(), so
+// that every kind of store (TCPStore, FileStore, HashStore, a Python one) keeps to the
+// deadline Tutti gives alike.
 int storeGet(const char* key, double timeout_seconds, void** value, size_t* nbytes,
              void* user) {
   auto* ctx = static_cast<StoreContext*>(user);
-  const auto t0 = std::chrono::steady_clock::now();
-  const auto timeout = std::chrono::milliseconds(
-      std::max<int64_t>(1, static_cast<int64_t>(timeout_seconds * 1000.0)));
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::microseconds(static_cast<int64_t>(timeout_seconds * 1e6));
+  auto pause = std::chrono::milliseconds(1);
   try {
-    ctx->store->wait({key}, timeout);
-  } catch (const std::exception& e) {
-    const double took =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (took >= 0.9 * timeout_seconds) return 1;  // not there in time
-    TORCH_WARN("tutti backend: store wait for '", key, "' failed: ", e.what());
-    return 2;
-  }
-  try {
+    while (!ctx->store->check({key})) {
+      if (std::chrono::steady_clock::now() >= deadline) return 1;  // not there in time
+      std::this_thread::sleep_for(pause);
+      pause = std::min(pause * 2, std::chrono::milliseconds(50));
+    }
     std::vector<uint8_t> bytes = ctx->store->get(key);
     *nbytes = bytes.size();
     *value = std::malloc(bytes.empty() ? 1 : bytes.size());
@@ -295,7 +297,7 @@ int storeGet(const char* key, double timeout_seconds, void** value, size_t* nbyt
     if (!bytes.empty()) std::memcpy(*value, bytes.data(), bytes.size());
     return 0;
   } catch (const std::exception& e) {
-    TORCH_WARN("tutti backend: store get of '", key, "' failed: ", e.what());
+    TORCH_WARN("tutti backend: reading '", key, "' from torch's store failed: ", e.what());
     return 2;
   }
 }
@@ -315,14 +317,14 @@ class TuttiBackend : public c10d::Backend {
                  " (subgroups of the world, new_group with some ranks only, are not "
                  "supported yet: use the whole world, or gloo for the subgroup)");
       } else {
-        store_ctx_ = std::make_unique<StoreContext>();
-        store_ctx_->store = store;
+        auto ctx = std::make_unique<StoreContext>();
+        ctx->store = store;
         tutti_store_t s;
         std::memset(&s, 0, sizeof s);
         s.struct_size = sizeof s;
         s.set = storeSet;
         s.get = storeGet;
-        s.user_data = store_ctx_.get();
+        s.user_data = ctx.get();
         s.description = "torch.distributed's store";
         tutti_status_t status;
         std::string error;
@@ -341,6 +343,7 @@ class TuttiBackend : public c10d::Backend {
                  std::to_string(size) + " failed (" + tutti_status_string(status) +
                  "): " + error);
         g_we_started = true;
+        g_store = std::move(ctx);
       }
       ++g_users;
       group_ = g_groups_made++;
@@ -884,11 +887,11 @@ class TuttiBackend : public c10d::Backend {
     if (--g_users == 0 && g_we_started) {
       tutti_shutdown();
       g_we_started = false;
+      g_store.reset();
     }
   }
 
   const std::chrono::milliseconds timeout_;
-  std::unique_ptr<StoreContext> store_ctx_;  // what tutti_init_with_store's callbacks use
   int group_ = 0;
   uint64_t seq_ = 0;
   std::string name_;  // of the collective being submitted
