@@ -39,7 +39,10 @@ def _create(store, rank, size, timeout):
 
 def is_registered():
     """Whether torch.distributed knows the backend "tutti" (after importing tutti.torch)."""
-    return dist.is_available() and BACKEND in dist.Backend.backend_list
+    if not dist.is_available():
+        return False
+    names = getattr(dist.Backend, "backend_list", None)  # torch 1.x has none
+    return BACKEND in names if names is not None else hasattr(dist.Backend, BACKEND.upper())
 
 
 def register():
