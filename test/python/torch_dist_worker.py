@@ -146,6 +146,27 @@ def collectives():
     dist.all_gather_into_tensor(whole, values(r, 4, torch.int16))
     same(whole, torch.cat([values(i, 4, torch.int16) for i in range(n)]),
          "all_gather_into_tensor")
+    # Coalesced gathers and reduce-scatters (FSDP uses the last two).
+    outs = [[torch.zeros(2) for _ in range(n)], [torch.zeros(3) for _ in range(n)]]
+    dist.all_gather_coalesced(outs, [values(r, 2, torch.float32), values(r + 5, 3, torch.float32)])
+    for i in range(n):
+        same(outs[0][i], values(i, 2, torch.float32), "all_gather_coalesced")
+        same(outs[1][i], values(i + 5, 3, torch.float32), "all_gather_coalesced")
+    from torch.distributed.distributed_c10d import _coalescing_manager
+    a, b = torch.zeros(2 * n), torch.zeros(3 * n)
+    with _coalescing_manager():
+        dist.all_gather_into_tensor(a, values(r, 2, torch.float32))
+        dist.all_gather_into_tensor(b, values(r, 3, torch.float32))
+    same(a, torch.cat([values(i, 2, torch.float32) for i in range(n)]), "coalesced gather a")
+    same(b, torch.cat([values(i, 3, torch.float32) for i in range(n)]), "coalesced gather b")
+    a, b = torch.zeros(2), torch.zeros(3)
+    with _coalescing_manager():
+        dist.reduce_scatter_tensor(a, values(r, 2 * n, torch.float32))
+        dist.reduce_scatter_tensor(b, values(r + 1, 3 * n, torch.float32))
+    same(a, sum(values(i, 2 * n, torch.float32) for i in range(n))[2 * r:2 * r + 2],
+         "coalesced reduce_scatter a")
+    same(b, sum(values(i + 1, 3 * n, torch.float32) for i in range(n))[3 * r:3 * r + 3],
+         "coalesced reduce_scatter b")
     objs = [None] * n
     dist.all_gather_object(objs, {"rank": r, "text": "x" * (r + 1)})
     assert objs == [{"rank": i, "text": "x" * (i + 1)} for i in range(n)], objs

@@ -432,6 +432,74 @@ class TuttiBackend : public c10d::Backend {
                       opts.timeout, /*whole=*/true);
   }
 
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(
+      std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts) override {
+    TORCH_CHECK(outputs.size() == inputs.size(), "tutti backend: allgather_coalesced: ",
+                inputs.size(), " inputs but ", outputs.size(), " output lists");
+    std::vector<at::Tensor> flat_outs;
+    for (size_t k = 0; k < inputs.size(); ++k) {
+      checkCpu(inputs[k], "allgather_coalesced");
+      TORCH_CHECK(static_cast<int>(outputs[k].size()) == size_,
+                  "tutti backend: allgather_coalesced: output list ", k, " has ",
+                  outputs[k].size(), " tensors for ", size_, " ranks");
+      for (auto& o : outputs[k]) {
+        checkOutput(o, inputs[k], "allgather_coalesced");
+        flat_outs.push_back(o);
+      }
+    }
+    return gatherMany(OpType::ALLGATHER_COALESCED, "allgather_coalesced", inputs, outputs,
+                      flat_outs, opts.timeout, false);
+  }
+
+  c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts) override {
+    TORCH_CHECK(outputs.size() == inputs.size(), "tutti backend: ",
+                "allgather_into_tensor_coalesced: ", inputs.size(), " inputs but ",
+                outputs.size(), " outputs");
+    std::vector<std::vector<at::Tensor>> outs;
+    for (size_t k = 0; k < inputs.size(); ++k) {
+      checkCpu(inputs[k], "allgather_into_tensor_coalesced");
+      checkCpu(outputs[k], "allgather_into_tensor_coalesced");
+      TORCH_CHECK(outputs[k].numel() == inputs[k].numel() * size_ &&
+                      outputs[k].scalar_type() == inputs[k].scalar_type(),
+                  "tutti backend: allgather_into_tensor_coalesced: output ", k, " must be ",
+                  size_, " times its input");
+      outs.push_back({outputs[k]});
+    }
+    return gatherMany(OpType::COALESCED, "allgather_into_tensor_coalesced", inputs, outs,
+                      outputs, opts.timeout, true);
+  }
+
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::ReduceScatterOptions& opts) override {
+    TORCH_CHECK(outputs.size() == inputs.size() && !inputs.empty(), "tutti backend: ",
+                "reduce_scatter_tensor_coalesced: ", inputs.size(), " inputs and ",
+                outputs.size(), " outputs");
+    // One reduce-scatter of the inputs laid side by side: row r holds every input's chunk r.
+    std::vector<at::Tensor> rows, outs;
+    int64_t width = 0;
+    for (size_t k = 0; k < inputs.size(); ++k) {
+      checkCpu(inputs[k], "reduce_scatter_tensor_coalesced");
+      checkCpu(outputs[k], "reduce_scatter_tensor_coalesced");
+      TORCH_CHECK(inputs[k].numel() == outputs[k].numel() * size_ &&
+                      inputs[k].scalar_type() == inputs[0].scalar_type() &&
+                      outputs[k].scalar_type() == inputs[0].scalar_type(),
+                  "tutti backend: reduce_scatter_tensor_coalesced: input ", k, " must be ",
+                  size_, " times its output, all of one dtype");
+      rows.push_back(inputs[k].contiguous().view({size_, outputs[k].numel()}));
+      width += outputs[k].numel();
+    }
+    at::Tensor packed = at::cat(rows, 1);  // [size, width]
+    at::Tensor out = at::empty({width}, inputs[0].options());
+    auto work = reduceScatterInto(OpType::REDUCE_SCATTER_TENSOR_COALESCED,
+                                  "reduce_scatter_tensor_coalesced", packed.view(-1), out,
+                                  opts.reduceOp, opts.timeout, outputs);
+    return work;
+  }
+
   c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
                                         std::vector<at::Tensor>& inputs,
                                         const c10d::GatherOptions& opts) override {
@@ -710,40 +778,59 @@ class TuttiBackend : public c10d::Backend {
                                             std::vector<at::Tensor> outs, int root,
                                             std::chrono::milliseconds timeout,
                                             bool whole = false) {
-    auto p = begin(type, op, outs, timeout);
-    at::Tensor buf = in.contiguous();
-    tutti_tensor_t c = flatTensor(buf, op);
-    submit(*p, [&](const char* name, tutti_handle_t* h) {
-      return tutti_allgather_async(name, &c, nullptr, h);
-    }, true);
+    return gatherMany(type, op, {in}, {outs}, outs, timeout, whole);
+  }
+
+  // One allgather per input (one collective: names "<name>", "<name>.1", ...); input k's
+  // chunks go to outs[k] (one tensor per rank, or one `whole` tensor; none: dropped).
+  c10::intrusive_ptr<c10d::Work> gatherMany(OpType type, const char* op,
+                                            std::vector<at::Tensor> ins,
+                                            std::vector<std::vector<at::Tensor>> outs,
+                                            std::vector<at::Tensor> work_outputs,
+                                            std::chrono::milliseconds timeout, bool whole) {
+    auto p = begin(type, op, work_outputs, timeout);
+    std::vector<at::Tensor> bufs;
+    for (auto& in : ins) {
+      at::Tensor buf = in.contiguous();
+      tutti_tensor_t c = flatTensor(buf, op);
+      submit(*p, [&](const char* name, tutti_handle_t* h) {
+        return tutti_allgather_async(name, &c, nullptr, h);
+      }, true);
+      bufs.push_back(buf);
+    }
     const int size = size_;
-    const int64_t n = buf.numel();
-    p->keep_alive = {buf};
-    p->finish = [outs, n, size, whole, buf](std::vector<std::unique_ptr<Result>>& res) mutable {
-      const tutti_result_t& r = res[0]->r;
-      TORCH_CHECK(r.nbytes == n * size * buf.element_size(),
-                  "ranks gathered tensors of different sizes (this rank's has ", n,
-                  " elements; all together ", r.nbytes / buf.element_size(), ")");
-      at::Tensor all = at::from_blob(r.data, {n * size}, buf.options());
-      if (outs.empty()) return;
-      if (whole) {
-        outs[0].view(-1).copy_(all);
-        return;
+    p->keep_alive = bufs;
+    p->finish = [outs, size, whole, bufs](std::vector<std::unique_ptr<Result>>& res) mutable {
+      for (size_t k = 0; k < bufs.size(); ++k) {
+        const tutti_result_t& r = res[k]->r;
+        const at::Tensor& buf = bufs[k];
+        const int64_t n = buf.numel();
+        TORCH_CHECK(r.nbytes == n * size * buf.element_size(),
+                    "ranks gathered tensors of different sizes (this rank's has ", n,
+                    " elements; all together ", r.nbytes / buf.element_size(), ")");
+        if (k >= outs.size() || outs[k].empty()) continue;
+        at::Tensor all = at::from_blob(r.data, {n * size}, buf.options());
+        if (whole) {
+          outs[k][0].view(-1).copy_(all);
+          continue;
+        }
+        for (int i = 0; i < size; ++i) outs[k][i].view(-1).copy_(all.narrow(0, i * n, n));
       }
-      for (int i = 0; i < size; ++i)
-        outs[i].view(-1).copy_(all.narrow(0, i * n, n));
     };
     return enqueue(std::move(p));
   }
 
+  // Reduce-scatter of `in` ([size * out.numel()]) into `out`; with `split`, `out` is then
+  // copied piece by piece into those tensors (the Work's outputs).
   c10::intrusive_ptr<c10d::Work> reduceScatterInto(OpType type, const char* op, at::Tensor in,
                                                    at::Tensor out, const ReduceOp& reduce,
-                                                   std::chrono::milliseconds timeout) {
+                                                   std::chrono::milliseconds timeout,
+                                                   std::vector<at::Tensor> split = {}) {
     const Reduction r = reductionFor(reduce, in.scalar_type(), op);
     TORCH_CHECK(!r.bitwise, "tutti backend: ", op, ": ReduceOp.", reduceOpName(r.torch_op),
                 " is not supported for reduce-scatter (SUM, AVG, PRODUCT, MIN, MAX, "
                 "PREMUL_SUM are)");
-    auto p = begin(type, op, {out}, timeout);
+    auto p = begin(type, op, split.empty() ? std::vector<at::Tensor>{out} : split, timeout);
     at::Tensor buf = in.contiguous().view({size_, out.numel()});  // one row per rank
     tutti_tensor_t c = cTensor(buf, op);
     tutti_op_options_t o = defaultOptions();
@@ -753,12 +840,17 @@ class TuttiBackend : public c10d::Backend {
       return tutti_reducescatter_async(name, &c, &o, h);
     }, true);
     p->keep_alive = {buf};
-    p->finish = [out](std::vector<std::unique_ptr<Result>>& res) mutable {
+    p->finish = [out, split](std::vector<std::unique_ptr<Result>>& res) mutable {
       const tutti_result_t& r = res[0]->r;
       TORCH_CHECK(r.nbytes == out.numel() * out.element_size(),
                   "reduce-scatter gave this rank ", r.nbytes, " bytes for an output of ",
                   out.numel() * out.element_size());
       out.view(-1).copy_(at::from_blob(r.data, {out.numel()}, out.options()));
+      int64_t at = 0;
+      for (auto& piece : split) {
+        piece.view(-1).copy_(out.narrow(0, at, piece.numel()));
+        at += piece.numel();
+      }
     };
     return enqueue(std::move(p));
   }
