@@ -256,9 +256,12 @@ def train(backend, steps=5, kill_at=None, hook=False):
         dist.all_gather(gathered, p)
         for q in gathered:
             assert torch.equal(p, q), "ranks' parameters differ on %s" % backend
-    dist.destroy_process_group()
+    # DDP goes while every rank still holds the process group: torch's gloo was seen to hang
+    # tearing a DDP down after the other rank had left.
     del ddp, model, opt
-    gc.collect()  # the process group goes now, not at some later collection
+    gc.collect()
+    dist.barrier()
+    dist.destroy_process_group()
     return params
 
 
