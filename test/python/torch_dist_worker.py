@@ -147,11 +147,11 @@ def collectives():
     same(whole, torch.cat([values(i, 4, torch.int16) for i in range(n)]),
          "all_gather_into_tensor")
     # Coalesced gathers and reduce-scatters (FSDP uses the last two).
-    outs = [[torch.zeros(2) for _ in range(n)], [torch.zeros(3) for _ in range(n)]]
+    outs = [[torch.zeros(2), torch.zeros(3)] for _ in range(n)]  # outs[rank][input]
     dist.all_gather_coalesced(outs, [values(r, 2, torch.float32), values(r + 5, 3, torch.float32)])
     for i in range(n):
-        same(outs[0][i], values(i, 2, torch.float32), "all_gather_coalesced")
-        same(outs[1][i], values(i + 5, 3, torch.float32), "all_gather_coalesced")
+        same(outs[i][0], values(i, 2, torch.float32), "all_gather_coalesced")
+        same(outs[i][1], values(i + 5, 3, torch.float32), "all_gather_coalesced")
     from torch.distributed.distributed_c10d import _coalescing_manager
     a, b = torch.zeros(2 * n), torch.zeros(3 * n)
     with _coalescing_manager():

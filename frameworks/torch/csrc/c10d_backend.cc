@@ -432,23 +432,26 @@ class TuttiBackend : public c10d::Backend {
                       opts.timeout, /*whole=*/true);
   }
 
+  // outputs[r][k]: rank r's copy of input k.
   c10::intrusive_ptr<c10d::Work> allgather_coalesced(
       std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
       const c10d::AllgatherOptions& opts) override {
-    TORCH_CHECK(outputs.size() == inputs.size(), "tutti backend: allgather_coalesced: ",
-                inputs.size(), " inputs but ", outputs.size(), " output lists");
+    TORCH_CHECK(static_cast<int>(outputs.size()) == size_, "tutti backend: ",
+                "allgather_coalesced: ", outputs.size(), " output lists for ", size_, " ranks");
+    std::vector<std::vector<at::Tensor>> per_input(inputs.size());
     std::vector<at::Tensor> flat_outs;
-    for (size_t k = 0; k < inputs.size(); ++k) {
-      checkCpu(inputs[k], "allgather_coalesced");
-      TORCH_CHECK(static_cast<int>(outputs[k].size()) == size_,
-                  "tutti backend: allgather_coalesced: output list ", k, " has ",
-                  outputs[k].size(), " tensors for ", size_, " ranks");
-      for (auto& o : outputs[k]) {
-        checkOutput(o, inputs[k], "allgather_coalesced");
-        flat_outs.push_back(o);
+    for (size_t k = 0; k < inputs.size(); ++k) checkCpu(inputs[k], "allgather_coalesced");
+    for (int r = 0; r < size_; ++r) {
+      TORCH_CHECK(outputs[r].size() == inputs.size(), "tutti backend: allgather_coalesced: ",
+                  "output list ", r, " has ", outputs[r].size(), " tensors for ",
+                  inputs.size(), " inputs");
+      for (size_t k = 0; k < inputs.size(); ++k) {
+        checkOutput(outputs[r][k], inputs[k], "allgather_coalesced");
+        per_input[k].push_back(outputs[r][k]);
+        flat_outs.push_back(outputs[r][k]);
       }
     }
-    return gatherMany(OpType::ALLGATHER_COALESCED, "allgather_coalesced", inputs, outputs,
+    return gatherMany(OpType::ALLGATHER_COALESCED, "allgather_coalesced", inputs, per_input,
                       flat_outs, opts.timeout, false);
   }
 
