@@ -239,7 +239,7 @@ class TuttiWork : public c10d::Work {
 // One collective in flight: its handles (waited on in order), what turns the results into
 // torch's outputs, and its Work.
 struct Pending {
-  std::string what;  // "allreduce #12 (c10d.0.12)"
+  std::string what;  // "allreduce (collective 12 of this process group, ...)"
   std::vector<tutti_handle_t> handles;
   std::vector<bool> with_result;  // wait with tutti_wait_result
   // Called with the results of the handles (null entries for handles without one).
@@ -694,9 +694,9 @@ class TuttiBackend : public c10d::Backend {
     auto p = std::make_unique<Pending>();
     const uint64_t n = ++seq_;
     name_ = "c10d." + std::to_string(group_) + "." + std::to_string(n);
-    p->what = std::string(op) + " #" + std::to_string(n) + " of rank " +
-              std::to_string(rank_) + " (of " + std::to_string(size_) + ", Tutti name '" +
-              name_ + "')";
+    p->what = std::string(op) + " (collective " + std::to_string(n) +
+              " of this process group, on rank " + std::to_string(rank_) + " of " +
+              std::to_string(size_) + ", Tutti name '" + name_ + "')";
     p->work = c10::make_intrusive<TuttiWork>(rank_, type, op, std::move(outputs));
     const auto t = timeout == c10d::kUnsetTimeout ? timeout_ : timeout;
     p->timeout_seconds = static_cast<double>(t.count()) / 1000.0;
