@@ -5,7 +5,9 @@
 // (a unit test keeps the two in step).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 namespace tutti {
@@ -44,6 +46,17 @@ struct HostedRendezvous {
   std::string missing;         // why no rendezvous can be had, said when gloo connects
 };
 
+// A key-value rendezvous the program supplies (tutti_init_with_store: torch's Store, say):
+// the gloo transport connects through it instead of a launcher's rendezvous server.
+class KeyValueStore {
+ public:
+  virtual ~KeyValueStore() = default;
+  virtual void set(const std::string& key, const std::string& value) = 0;
+  // Throws Error(kTimeout) naming the key when it is not there within `timeout`.
+  virtual std::string get(const std::string& key, std::chrono::milliseconds timeout) = 0;
+  virtual std::string describe() const = 0;  // "the caller's store (TCPStore ...)"
+};
+
 struct BackendOptions {
   // This process in the job: world rank and size as the launcher gave them, local rank (the
   // NCCL device is local rank % devices; measured at init before any backend is made), and
@@ -61,6 +74,7 @@ struct BackendOptions {
   SlurmStep slurm;                       // set when launcher == "Slurm"
   HostedRendezvous hosted;               // set when launcher is "torchrun" or "hydra"
   ElasticWorker elastic;                 // set when launcher == "tuttirun elastic"
+  std::shared_ptr<KeyValueStore> store;  // tutti_init_with_store's (launcher "caller's store")
   // Shared memory and hierarchical collectives (the registry's composition).
   bool shm = true;                       // TUTTI_SHM
   int64_t shm_buffer_bytes = 1ll << 20;  // TUTTI_SHM_BUFFER_BYTES: per member and buffer

@@ -42,6 +42,7 @@ bool backendBuiltByName(const std::string& name) {
 namespace {
 
 std::string defaultCpuOperations(const BackendOptions& options) {
+  if (options.store) return options.size == 1 ? "loopback" : "gloo";
   if (!options.rendezvous_addr.empty()) return "gloo";
   if (options.launcher == "Open MPI") return "mpi";
   if (options.size == 1) return "loopback";

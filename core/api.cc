@@ -132,19 +132,50 @@ Status checkSameLayout(const std::string& name, const TensorView& in, const Tens
 
 }  // namespace
 
-Status init() {
+namespace {
+
+// The one way a Runtime is started: from `make_config` (the environment's settings, and the
+// topology of the launcher or of the caller).
+template <typename MakeConfig>
+Status start(MakeConfig&& make_config) {
   reapRetiring();
   std::lock_guard<std::mutex> lock(g_mu);
   if (g_runtime) return Status::OK();
   static std::once_flag settle_once, exit_once;
   std::call_once(settle_once, [] { on_exit(settleAtExit, nullptr); });
   return guarded([&] {
-    g_runtime = std::make_shared<Runtime>(parseConfig());
+    g_runtime = std::make_shared<Runtime>(make_config());
     g_job_failed = false;
     g_init_pid = getpid();
     // After the transport's own exit hooks (MPI_Finalize), so that it runs before them.
     std::call_once(exit_once, [] { on_exit(shutdownAtExit, nullptr); });
     return Status::OK();
+  });
+}
+
+}  // namespace
+
+Status init() { return start([] { return parseConfig(); }); }
+
+Status initWithStore(int rank, int size, std::shared_ptr<KeyValueStore> store) {
+  return start([&] {
+    Config config = parseConfig();
+    if (config.cpu_operations == "mpi")
+      throwError(StatusCode::kInvalidArgument,
+                 "tutti_init_with_store: TUTTI_CPU_OPERATIONS=mpi, but MPI connects through "
+                 "its own launcher, not through " + store->describe() +
+                 "; unset it (gloo is used) or call tutti_init() under mpirun");
+    // The caller's rank and size; what a launcher says is not read (local and cross rank
+    // are measured at init, as always).
+    config.topology = Topology();
+    config.topology.rank = rank;
+    config.topology.size = size;
+    config.topology.source = "caller's store";
+    config.slurm = SlurmStep();
+    config.hosted = HostedRendezvous();
+    config.elastic = ElasticWorker();
+    config.store = std::move(store);
+    return config;
   });
 }
 

@@ -3,8 +3,10 @@
 // over it), so that only C symbols cross libtutti's boundary.
 #pragma once
 
+#include "backends/options.h"
 #include "base/common.h"
 
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -13,6 +15,9 @@ namespace tutti {
 namespace api {
 
 Status init();
+// init with the rank and size given, connecting through the program's store
+// (tutti_init_with_store).
+Status initWithStore(int rank, int size, std::shared_ptr<KeyValueStore> store);
 Status shutdown();
 bool isInitialized();
 int rank();

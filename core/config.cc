@@ -418,6 +418,7 @@ BackendOptions backendOptions(const Config& config) {
   o.slurm = config.slurm;
   o.hosted = config.hosted;
   o.elastic = config.elastic;
+  o.store = config.store;
   o.shm = config.shm;
   o.shm_buffer_bytes = config.shm_buffer_bytes;
   o.hierarchical_allreduce = config.hierarchical_allreduce;

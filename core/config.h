@@ -57,6 +57,7 @@ struct Config {
   SlurmStep slurm;          // set when topology.source == "Slurm"
   HostedRendezvous hosted;  // set when topology.source is "torchrun" or "hydra"
   ElasticWorker elastic;    // set when topology.source == "tuttirun elastic"
+  std::shared_ptr<KeyValueStore> store;  // tutti_init_with_store's: the rendezvous
   // Where the settings came from (parseConfig): the variables the environment gave, with
   // their values, and those among them that tuttirun set from its flags
   // (TUTTI_LAUNCHER_SETTINGS, a comma-separated list tuttirun exports).

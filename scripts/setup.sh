@@ -104,7 +104,8 @@ if [ "${SKIP_TORCH_VENV:-0}" = 1 ]; then
   echo "setup: SKIP_TORCH_VENV=1: no torch $TORCH_VERSION venv"
   exit 0
 fi
-check='import sys, torch, pytest, numpy, mpi4py; sys.exit(torch.__version__.split("+")[0] != sys.argv[1])'
+# expecttest: torch's own test-suite needs it (test/python/pytorch_distributed_suite.py).
+check='import sys, torch, pytest, numpy, mpi4py, expecttest; sys.exit(torch.__version__.split("+")[0] != sys.argv[1])'
 if [ -x "$TORCH_VENV/bin/python" ] && "$TORCH_VENV/bin/python" -c "$check" "$TORCH_VERSION" 2>/dev/null; then
   echo "setup: $TORCH_VENV already has torch $TORCH_VERSION"
 else
@@ -112,7 +113,7 @@ else
   echo "setup: creating $TORCH_VENV with $py ($("$py" --version 2>&1)) and torch==$TORCH_VERSION"
   "$py" -m venv "$TORCH_VENV"
   "$TORCH_VENV/bin/python" -m pip install -q --disable-pip-version-check \
-    "torch==$TORCH_VERSION" pytest numpy mpi4py
+    "torch==$TORCH_VERSION" pytest numpy mpi4py expecttest==0.3.0
   "$TORCH_VENV/bin/python" -c "$check" "$TORCH_VERSION"
 fi
 

@@ -1,7 +1,8 @@
 // gloo transport.
 //  1. Connect to tuttirun's rendezvous server (RendezvousClient, HMAC-authenticated); under
 //     plain srun, torchrun and hydra rank 0 hosts the server itself
-//     (backends/gloo/slurm_rendezvous.h).
+//     (backends/gloo/slurm_rendezvous.h); a program that started Tutti from a store of its
+//     own (tutti_init_with_store) connects through that store instead (CallerStore).
 //  2. Open one gloo TCP device on TUTTI_GLOO_IFACE, or else on the local address that
 //     routes to the rendezvous server (127.0.0.1 for a single-host job).
 //  3. Per process set and plane ("control" / "data"): a gloo::rendezvous::Context over a
@@ -79,6 +80,36 @@ std::string localAddressToward(const std::string& host, int port) {
 
 std::atomic<int> transports_made{0};
 
+// The program's store (BackendOptions::store) as gloo's. Its gets wait up to the start
+// deadline; a key that does not come is Error(kTimeout) naming it.
+class CallerStore : public gloo::rendezvous::Store {
+ public:
+  CallerStore(std::shared_ptr<KeyValueStore> store, double timeout_seconds)
+      : store_(std::move(store)),
+        timeout_(static_cast<int64_t>(std::max(0.001, timeout_seconds) * 1000.0)) {}
+  void set(const std::string& key, const std::vector<char>& data) override {
+    store_->set(key, std::string(data.begin(), data.end()));
+  }
+  std::vector<char> get(const std::string& key) override {
+    const std::string value = store_->get(key, timeout_);
+    return std::vector<char>(value.begin(), value.end());
+  }
+  void wait(const std::vector<std::string>& keys) override { wait(keys, timeout_); }
+  void wait(const std::vector<std::string>& keys,
+            const std::chrono::milliseconds& timeout) override {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    for (const auto& key : keys) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      store_->get(key, std::max(left, std::chrono::milliseconds(1)));
+    }
+  }
+
+ private:
+  std::shared_ptr<KeyValueStore> store_;
+  const std::chrono::milliseconds timeout_;
+};
+
 // gloo writes to its TCP pairs without MSG_NOSIGNAL: a peer that died would kill this
 // process with SIGPIPE instead of letting the write fail into an error naming the peer.
 // Ignored only if the program left it at the default.
@@ -103,11 +134,19 @@ class GlooTransport : public Transport {
                                                    std::to_string(size_));
     std::string host = options.rendezvous_addr;
     int port = options.rendezvous_port;
-    if (options.launcher == "Slurm" || !options.hosted.launcher.empty()) {
+    if (options.store) {
+      store_ = std::make_unique<CallerStore>(options.store, options.start_timeout_seconds);
+      endpoint_ = options.store->describe();
+      // The device listens on TUTTI_GLOO_IFACE, else on the address that routes to
+      // TUTTI_RENDEZVOUS_ADDR (a host of the job), else on loopback (a job on one host).
+      if (host.empty()) host = "127.0.0.1";
+      if (port <= 0) port = 1;
+    } else if (options.launcher == "Slurm" || !options.hosted.launcher.empty()) {
       auto served = options.launcher == "Slurm"
                         ? detail::connectSlurmRendezvous(options, generation_)
                         : detail::connectHostedRendezvous(options, generation_);
       server_ = std::move(served.server);
+      endpoint_ = served.client->endpoint();
       store_ = std::move(served.client);
       host = served.host;
       port = served.port;
@@ -116,15 +155,17 @@ class GlooTransport : public Transport {
         throwError(StatusCode::kInvalidArgument,
                    "TUTTI_CPU_OPERATIONS=gloo needs TUTTI_RENDEZVOUS_ADDR and "
                    "TUTTI_RENDEZVOUS_PORT (start the job with tuttirun, or with srun)");
-      store_ = std::make_unique<detail::RendezvousClient>(
+      auto client = std::make_unique<detail::RendezvousClient>(
           host, port, detail::decodeHexSecret(options.secret), options.start_timeout_seconds,
           rank_);
+      endpoint_ = client->endpoint();
       if (!options.elastic.id.empty()) {
-        const auto seat = detail::joinElasticGeneration(*store_, options.elastic);
+        const auto seat = detail::joinElasticGeneration(*client, options.elastic);
         rank_ = seat.rank;
         size_ = seat.size;
         tag_ = "e" + std::to_string(seat.generation);
       }
+      store_ = std::move(client);
     }
     publishProcess();
     gloo::transport::tcp::attr attr;
@@ -167,18 +208,25 @@ class GlooTransport : public Transport {
     const std::string key = "tutti/" + tag_ + "/process/";
     const std::string me = describeThisProcess();
     store_->set(key + std::to_string(rank_), std::vector<char>(me.begin(), me.end()));
+    // The program's store is read now, while the program waits in init, so that a timeout
+    // later never calls into the program from Tutti's background thread.
+    if (options_.store)
+      readPeers(key, std::chrono::milliseconds(static_cast<int64_t>(
+                         std::max(0.001, options_.start_timeout_seconds) * 1000.0)));
     poison_->setStoppedPeersProbe([this, key] {
-      if (peers_.empty()) {
-        std::vector<std::string> keys;
-        for (int r = 0; r < size_; ++r) keys.push_back(key + std::to_string(r));
-        store_->wait(keys, std::chrono::milliseconds(1000));
-        for (const auto& k : keys) {
-          const auto value = store_->get(k);
-          peers_.push_back(parsePeerProcess(std::string(value.begin(), value.end())));
-        }
-      }
+      if (peers_.empty()) readPeers(key, std::chrono::milliseconds(1000));
       return describeStoppedPeers(peers_, rank_);
     });
+  }
+
+  void readPeers(const std::string& key, std::chrono::milliseconds timeout) {
+    std::vector<std::string> keys;
+    for (int r = 0; r < size_; ++r) keys.push_back(key + std::to_string(r));
+    store_->wait(keys, timeout);
+    for (const auto& k : keys) {
+      const auto value = store_->get(k);
+      peers_.push_back(parsePeerProcess(std::string(value.begin(), value.end())));
+    }
   }
 
   std::unique_ptr<detail::GlooGroup> connect(const std::vector<int>& ranks, int id,
@@ -201,7 +249,7 @@ class GlooTransport : public Transport {
     const std::string what = "gloo: world rank " + std::to_string(rank_) +
                              " connecting the " + plane + " plane of process set " +
                              std::to_string(id) + " (world ranks " + joinInts(ranks) +
-                             ") through " + store_->endpoint();
+                             ") through " + endpoint_;
     try {
       gloo::rendezvous::PrefixStore store(prefix, *store_);
       context->connectFullMesh(store, device_);
@@ -224,7 +272,8 @@ class GlooTransport : public Transport {
   const int generation_;    // transports this process made before this one
   std::string tag_;         // of its keys: "t<generation_>" or "e<elastic generation>"
   std::unique_ptr<detail::RendezvousServer> server_;  // rank 0 under srun; outlives store_
-  std::unique_ptr<detail::RendezvousClient> store_;
+  std::unique_ptr<gloo::rendezvous::Store> store_;
+  std::string endpoint_;    // where store_ is, for messages
   std::shared_ptr<gloo::transport::Device> device_;
   std::map<std::pair<int, std::string>, int> epochs_;
   std::vector<PeerProcess> peers_;  // every world rank's process, read at the first timeout

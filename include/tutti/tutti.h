@@ -103,6 +103,33 @@ int64_t tutti_dtype_size(tutti_dtype_t dtype); /* bytes of one element; 0 if not
 int tutti_backend_built(const char* name); /* "mpi", "gloo", "nccl": 1 if compiled in */
 const char* tutti_cpu_backend(void);       /* backend in use after init, e.g. "mpi" */
 
+/* ---- started from the caller's key-value store (docs/c_api.md, "Init from a store") ---- */
+/* A key-value rendezvous the caller already has (torch.distributed's TCPStore, FileStore or
+ * PrefixStore, a file system, a database). Tutti only sets keys it made up itself and gets
+ * them back, on every rank; it never deletes one. The callbacks return 0 on success. */
+typedef struct tutti_store {
+  size_t struct_size; /* sizeof(tutti_store_t) */
+  /* Stores `nbytes` bytes under `key` (overwriting). Non-zero fails the caller's call. */
+  int (*set)(const char* key, const void* value, size_t nbytes, void* user_data);
+  /* Waits up to timeout_seconds for `key`: 0 with *value (malloc'd; Tutti free()s it) and
+   * *nbytes when it is there, 1 when it is not there in time, anything else for an error. */
+  int (*get)(const char* key, double timeout_seconds, void** value, size_t* nbytes,
+             void* user_data);
+  void* user_data;
+  const char* description; /* for messages, e.g. "TCPStore 10.0.0.1:29500"; may be NULL */
+} tutti_store_t;
+/* tutti_init with the job's rank and size given, connecting through `store` instead of a
+ * launcher's rendezvous: every rank of the job calls it with the same size, its own rank and
+ * a store shared by all (the same store serves several inits one after another: each init
+ * uses keys of its own). The settings still come from the environment (docs/env_vars.md); a
+ * launcher's topology variables are not read. The CPU operations run over gloo (a world of
+ * one: loopback); TUTTI_CPU_OPERATIONS=mpi is an error here. The store is copied; Tutti calls
+ * its functions during this call, on the calling thread, and for process sets added later
+ * on its background thread, so they must stay valid (and thread-safe) until tutti_shutdown
+ * returns. TUTTI_ERR_TIMEOUT names the key when the other ranks do not arrive within
+ * TUTTI_START_TIMEOUT_SECONDS. */
+tutti_status_t tutti_init_with_store(int rank, int size, const tutti_store_t* store);
+
 /* ---- elastic jobs (docs/elastic.md) ---- */
 /* 1 when `status` is a failure this process recovers from in an elastic job: the job failed
  * under it (TUTTI_ERR_ABORTED, _BACKEND or _TIMEOUT: a peer died or left, a connection or a

@@ -4,7 +4,8 @@
 // libtutti.so are C functions (tutti_*): it is compiled with torch's _GLIBCXX_USE_CXX11_ABI,
 // whichever it is, and no std:: type crosses into the library (docs/pytorch.md).
 //
-// The only translation unit that includes torch headers (each one costs about a minute to
+// With c10d_backend.cc (the torch.distributed backend), the only translation units that
+// include torch headers (each one costs about a minute to
 // compile). It stays thin: it turns at::Tensor into TensorView, starts ops, waits with the GIL
 // released and turns a failed Status into a Python exception. Handles, in-place copies,
 // autograd and the horovod-compatible surface live in the Python package (tutti/torch/*.py),
@@ -382,10 +383,17 @@ void defineExceptions(py::module_& m) {
 }  // namespace detail
 }  // namespace tutti
 
+namespace tutti {
+namespace detail {
+void defineC10dBackend(py::module& m);  // c10d_backend.cc
+}  // namespace detail
+}  // namespace tutti
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   using namespace tutti::detail;
   m.doc() = "Tutti collectives on torch tensors (internal; use tutti.torch)";
   defineExceptions(m);
+  defineC10dBackend(m);
 
   py::class_<OutputSlot, std::shared_ptr<OutputSlot>>(m, "OutputSlot");
 

@@ -37,6 +37,8 @@ from tutti.torch.functions import (
 from tutti.torch.optimizer import DistributedOptimizer
 from tutti.torch.sync_batch_norm import SyncBatchNorm
 from tutti.torch import elastic  # noqa: E402  (docs/elastic.md)
+# Registers the torch.distributed backend "tutti" (docs/pytorch.md, "torch.distributed backend").
+from tutti.torch import distributed  # noqa: E402,F401
 from tutti.torch.elastic import HostsUpdatedInterrupt
 
 # horovod.torch names Tutti does not have. Using one raises an error that says what to do

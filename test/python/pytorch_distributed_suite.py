@@ -1,0 +1,52 @@
+"""PyTorch's own torch.distributed test-suite on the backend "tutti" (or "gloo", to compare).
+
+The torch wheel ships torch/testing/_internal/distributed/distributed_test.py: the
+DistributedTest._DistTestBase mixin that PyTorch's CI runs for gloo, nccl, mpi and ucc, each
+test in a fresh set of WORLD_SIZE processes started with only INIT_METHOD (a file:// store)
+and WORLD_SIZE. This driver runs it with BACKEND=tutti (registered by importing tutti.torch,
+and added to DistTestCases.backend_feature where Tutti has the feature: "ddp") or with
+BACKEND=gloo, on the same machine (docs/pytorch.md, "torch.distributed backend"):
+
+    PYTHONPATH=build/python-torch2 BACKEND=tutti WORLD_SIZE=2 \\
+      .venv-torch/bin/python -m pytest -q -p no:cacheprovider \\
+      test/python/pytorch_distributed_suite.py [-k all_reduce]
+
+TEMP_DIR defaults to a fresh temporary directory. Not collected by the per-rank suites (the
+name does not start with test_).
+"""
+
+import os
+import sys
+import tempfile
+
+os.environ.setdefault("BACKEND", "tutti")
+os.environ.setdefault("WORLD_SIZE", "2")
+if "TEMP_DIR" not in os.environ:
+    os.environ["TEMP_DIR"] = tempfile.mkdtemp(prefix="tutti-pytorch-suite-")
+
+import torch  # noqa: E402,F401
+
+import tutti.torch  # noqa: E402,F401  registers the backend "tutti"
+
+from torch.testing._internal.common_distributed import DistTestCases  # noqa: E402
+
+# The features of distributed_test.py Tutti has: DDP. Not "subgroup" (process groups of some
+# ranks), "gpu"/"cuda" (CPU tensors only) or "plugin".
+TUTTI_FEATURES = ("ddp",)
+if os.environ["BACKEND"] == "tutti":
+    for feature in TUTTI_FEATURES:
+        DistTestCases.backend_feature[feature].add("tutti")
+
+from torch.testing._internal.common_utils import run_tests  # noqa: E402
+from torch.testing._internal.distributed.distributed_test import (  # noqa: E402
+    DistributedTest, TestDistBackend)
+
+
+class TestDistBackendWithSpawn(TestDistBackend, DistributedTest._DistTestBase):
+    def setUp(self):
+        super().setUp()
+        self._spawn_processes()
+
+
+if __name__ == "__main__":
+    sys.exit(run_tests())

@@ -1,0 +1,194 @@
+"""The torch.distributed backend "tutti" (docs/pytorch.md, "torch.distributed backend"): jobs
+of torch_dist_worker.py under torchrun (env://), tuttirun and mpirun (no arguments), and as
+plain processes with tcp:// and file:// init methods. Runs only where
+TUTTI_DISTRIBUTED_TESTS=1 (its CTest entry: each test starts jobs of its own, so it must not
+run once per rank of the per-rank suites). Every job has a deadline; what outlives it is
+killed."""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+pytestmark = pytest.mark.skipif(os.environ.get("TUTTI_DISTRIBUTED_TESTS") != "1",
+                                reason="set TUTTI_DISTRIBUTED_TESTS=1 (and TUTTIRUN, MPIRUN)")
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+WORKER = os.path.join(HERE, "torch_dist_worker.py")
+LIMIT = 150  # seconds for each job
+
+
+def job_env(**extra):
+    env = dict(os.environ)
+    for v in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK",
+              "TUTTI_RANK", "TUTTI_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"):
+        env.pop(v, None)
+    env.setdefault("TUTTI_TIMEOUT_SECONDS", "60")
+    env["PYTHONWARNINGS"] = "ignore::FutureWarning"
+    env.update(extra)
+    return env
+
+
+def run(cmd, env=None, limit=LIMIT):
+    """Runs a launcher's job to the end (killing its process group after `limit`)."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=env or job_env(), start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=limit)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        pytest.fail("%s outlived its %d s deadline:\n%s" % (" ".join(cmd), limit, out[-6000:]))
+    return proc.returncode, out
+
+
+def run_ranks(n, args, env=None, limit=LIMIT):
+    """Starts n worker processes (--rank i --size n), no launcher; returns [(rc, output)]."""
+    procs = [subprocess.Popen([sys.executable, WORKER] + args + ["--rank", str(i), "--size",
+                                                                  str(n)],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              env=env or job_env(), start_new_session=True)
+             for i in range(n)]
+    deadline = time.monotonic() + limit
+    results = []
+    for p in procs:
+        try:
+            out, _ = p.communicate(timeout=max(1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                if q.poll() is None:
+                    os.killpg(q.pid, signal.SIGKILL)
+            out, _ = p.communicate()
+            pytest.fail("rank %d outlived the %d s deadline:\n%s" % (procs.index(p), limit,
+                                                                     out[-6000:]))
+        results.append((p.returncode, out))
+    return results
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def torchrun(n, args):
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone",
+            "--nproc_per_node", str(n), WORKER] + args
+
+
+def launcher(name):
+    path = os.environ.get(name)
+    if not path:
+        pytest.skip("%s is not set (no such launcher in this build)" % name)
+    return path
+
+
+def mpirun_cmd(n, args):
+    return [launcher("MPIRUN"), "-np", str(n), "--oversubscribe", "--bind-to", "none",
+            "-x", "PYTHONPATH", "-x", "TUTTI_TIMEOUT_SECONDS", "-x", "PYTHONWARNINGS",
+            sys.executable, WORKER] + args
+
+
+def mpi_env():
+    return job_env(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+                   OMPI_MCA_rmaps_base_oversubscribe="1")
+
+
+def assert_ok(rc, out, mode, ranks):
+    assert rc == 0, out[-6000:]
+    assert out.count("OK %s" % mode) == ranks, out[-6000:]
+
+
+def test_collectives_under_torchrun():
+    rc, out = run(torchrun(2, ["collectives"]))
+    assert_ok(rc, out, "collectives", 2)
+
+
+def test_collectives_with_tcp_init_at_3_ranks():
+    results = run_ranks(3, ["collectives", "--init-method",
+                            "tcp://127.0.0.1:%d" % free_port()])
+    for rc, out in results:
+        assert_ok(rc, out, "collectives", 1)
+
+
+@pytest.fixture(scope="module")
+def gloo_params(tmp_path_factory):
+    """The reference: DDP's parameters after training on gloo under torchrun."""
+    path = str(tmp_path_factory.mktemp("ddp") / "gloo.pt")
+    rc, out = run(torchrun(2, ["ddp", "--backends", "gloo", "--save", path]))
+    assert_ok(rc, out, "ddp", 2)
+    return path
+
+
+def same_params(a_path, b_path):
+    import torch
+    a, b = torch.load(a_path), torch.load(b_path)
+    assert len(a) == len(b)
+    for x, y in zip(a, b):
+        assert torch.equal(x, y), "parameters differ by up to %s" % (x - y).abs().max()
+
+
+def test_ddp_under_torchrun_matches_gloo_and_reinit(gloo_params, tmp_path):
+    """Trains twice in one process (destroy_process_group, then init again; the second run
+    with a DDP comm hook, which waits on the Work's Future): the same bits as gloo's."""
+    path = str(tmp_path / "tutti.pt")
+    rc, out = run(torchrun(2, ["ddp", "--backends", "tutti,tutti", "--save", path]))
+    assert_ok(rc, out, "ddp", 2)
+    same_params(gloo_params, path)
+
+
+def test_ddp_under_tuttirun_matches_gloo(gloo_params, tmp_path):
+    path = str(tmp_path / "tutti.pt")
+    rc, out = run([launcher("TUTTIRUN"), "-np", "2", sys.executable, WORKER, "ddp",
+                   "--backends", "tutti", "--save", path])
+    assert_ok(rc, out, "ddp", 2)
+    same_params(gloo_params, path)
+
+
+def test_ddp_under_mpirun_matches_gloo(gloo_params, tmp_path):
+    path = str(tmp_path / "tutti.pt")
+    rc, out = run(mpirun_cmd(2, ["ddp", "--backends", "tutti", "--save", path]), env=mpi_env())
+    assert_ok(rc, out, "ddp", 2)
+    same_params(gloo_params, path)
+
+
+def test_a_killed_rank_ends_the_job_naming_it(tmp_path):
+    url = "file://" + str(tmp_path / "store")
+    t0 = time.monotonic()
+    results = run_ranks(2, ["kill", "--init-method", url], env=job_env(TUTTI_TIMEOUT_SECONDS="30"),
+                        limit=90)
+    took = time.monotonic() - t0
+    rc0, out0 = results[0]
+    assert results[1][0] == -signal.SIGKILL, results[1][1][-3000:]
+    assert rc0 == 3, out0[-6000:]
+    line = [l for l in out0.splitlines() if "FAILED AS EXPECTED" in l][0]
+    assert "rank 1" in line, line
+    assert took < 90
+
+
+def test_mismatched_collectives_are_an_error_on_every_rank(tmp_path):
+    url = "file://" + str(tmp_path / "store")
+    for rc, out in run_ranks(2, ["mismatch", "--init-method", url], limit=90):
+        assert rc == 3, out[-6000:]
+        line = [l for l in out.splitlines() if "FAILED AS EXPECTED" in l][0]
+        assert "c10d.0.1" in line and "collective 1 " in line, line  # by its number
+
+
+def test_launcher_defaults():
+    from tutti.torch import distributed as td
+    env = {"TUTTI_RANK": "1", "TUTTI_SIZE": "2", "TUTTI_LOCAL_RANK": "1",
+           "TUTTI_LOCAL_SIZE": "2", "TUTTI_RENDEZVOUS_ADDR": "127.0.0.1",
+           "TUTTI_RENDEZVOUS_PORT": "4000"}
+    got = td.launcher_defaults(env)
+    assert got["RANK"] == "1" and got["WORLD_SIZE"] == "2" and got["LOCAL_RANK"] == "1"
+    assert got["MASTER_ADDR"] == "127.0.0.1" and 20000 <= int(got["MASTER_PORT"]) < 30000
+    assert td.launcher_defaults(dict(env, MASTER_PORT="1234")) == {}  # torch's own win
+    assert td.launcher_defaults(dict(env, TUTTI_LOCAL_SIZE="1")) == {}  # several hosts
+    ompi = {"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "3",
+            "OMPI_COMM_WORLD_LOCAL_SIZE": "3", "PMIX_NAMESPACE": "123"}
+    assert td.launcher_defaults(ompi)["WORLD_SIZE"] == "3"
+    assert td.is_registered()

@@ -1,0 +1,349 @@
+"""One rank of a torch.distributed job on the backend "tutti" (test_torch_distributed.py).
+
+    torch_dist_worker.py MODE [--rank R --size N --init-method URL]
+
+Without --init-method the process group is made the way a launcher's rank makes it:
+init_process_group(backend) alone (env://: torchrun's variables, or those importing tutti.torch
+sets under tuttirun and mpirun). Modes:
+  collectives  every collective against a reference computed here, Work and Future, refusals
+  ddp          DDP training on each of --backends (tutti,gloo,tutti: destroy and re-init): the
+               parameters must agree (bit for bit at 2 ranks; at more, within 1e-6); --save
+               writes the first run's for comparison with another job
+  kill         DDP training in which rank 1 kills itself at step 3: the others must fail
+               naming rank 1 (exit 3 with "FAILED AS EXPECTED: <error>")
+  mismatch     rank 0 calls all_reduce where the others call broadcast: an error, not a hang
+Prints "OK <mode>" at the end; any failure exits non-zero.
+"""
+
+import argparse
+import datetime
+import faulthandler
+import gc
+import os
+import signal
+import sys
+
+import torch
+import torch.distributed as dist
+
+import tutti.torch  # noqa: F401  registers the backend "tutti"
+
+ARGS = None
+
+
+INITS = [0]  # process groups made so far
+
+
+def init(backend):
+    kwargs = {}
+    if ARGS.init_method:
+        url = ARGS.init_method
+        if url.startswith("tcp://") and INITS[0] > 0:  # a fresh port for each init
+            host, port = url[len("tcp://"):].rsplit(":", 1)
+            url = "tcp://%s:%d" % (host, int(port) + INITS[0])
+        kwargs = dict(init_method=url, rank=ARGS.rank, world_size=ARGS.size)
+    INITS[0] += 1
+    dist.init_process_group(backend, timeout=datetime.timedelta(seconds=ARGS.timeout), **kwargs)
+    assert dist.get_backend() == backend, dist.get_backend()
+
+
+def values(rank, n, dtype):
+    """Rank `rank`'s input: small positive values, distinct per rank."""
+    v = (torch.arange(n) % 5 + rank + 1)
+    if dtype == torch.bool:
+        return (v + rank) % 2 == 0
+    return v.to(dtype)
+
+
+def reference(op, tensors):
+    out = tensors[0].clone()
+    for t in tensors[1:]:
+        if op == dist.ReduceOp.SUM or op == dist.ReduceOp.AVG:
+            out = out + t
+        elif op == dist.ReduceOp.PRODUCT:
+            out = out * t
+        elif op == dist.ReduceOp.MIN:
+            out = torch.minimum(out, t)
+        elif op == dist.ReduceOp.MAX:
+            out = torch.maximum(out, t)
+        elif op == dist.ReduceOp.BAND:
+            out = out & t
+        elif op == dist.ReduceOp.BOR:
+            out = out | t
+        elif op == dist.ReduceOp.BXOR:
+            out = out ^ t
+    if op == dist.ReduceOp.AVG:
+        out = out / len(tensors)
+    return out.to(tensors[0].dtype)
+
+
+def same(got, want, what):
+    if got.dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
+        torch.testing.assert_close(got, want, msg=lambda m: "%s: %s" % (what, m))
+    elif not torch.equal(got, want):
+        raise AssertionError("%s: got %s, want %s" % (what, got.tolist(), want.tolist()))
+
+
+def refused(fn, *words):
+    try:
+        fn()
+    except Exception as e:  # noqa: BLE001 - any error will do; its message is checked
+        text = str(e)
+        for w in words:
+            assert w in text, "expected %r in the error: %s" % (w, text)
+        return
+    raise AssertionError("expected an error naming %s" % (words,))
+
+
+def collectives():
+    init("tutti")
+    r, n = dist.get_rank(), dist.get_world_size()
+    ints = [torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64]
+    floats = [torch.float16, torch.bfloat16, torch.float32, torch.float64]
+    ops = [dist.ReduceOp.SUM, dist.ReduceOp.PRODUCT, dist.ReduceOp.MIN, dist.ReduceOp.MAX]
+    for dtype in ints + floats + [torch.bool]:
+        dtype_ops = list(ops) if dtype != torch.bool else [dist.ReduceOp.MIN, dist.ReduceOp.MAX]
+        if dtype in floats:
+            dtype_ops.append(dist.ReduceOp.AVG)
+        if dtype in ints or dtype == torch.bool:
+            dtype_ops += [dist.ReduceOp.BAND, dist.ReduceOp.BOR, dist.ReduceOp.BXOR]
+        for op in dtype_ops:
+            t = values(r, 11, dtype)
+            dist.all_reduce(t, op=op)
+            same(t, reference(op, [values(i, 11, dtype) for i in range(n)]),
+                 "all_reduce %s %s" % (dtype, op))
+    # A non-contiguous tensor, PREMUL_SUM, reduce to a root.
+    base = torch.arange(12, dtype=torch.float32).reshape(3, 4) + r
+    view = base.t()
+    dist.all_reduce(view)
+    same(base, sum(torch.arange(12, dtype=torch.float32).reshape(3, 4) + i for i in range(n)),
+         "all_reduce of a transposed view")
+    if hasattr(dist, "_make_nccl_premul_sum"):
+        t = values(r, 6, torch.float64)
+        dist.all_reduce(t, op=dist._make_nccl_premul_sum(0.5))
+        same(t, 0.5 * reference(dist.ReduceOp.SUM, [values(i, 6, torch.float64)
+                                                      for i in range(n)]), "PREMUL_SUM")
+    root = 1 % n
+    t = values(r, 7, torch.int32)
+    dist.reduce(t, dst=root, op=dist.ReduceOp.MAX)
+    if r == root:
+        same(t, reference(dist.ReduceOp.MAX, [values(i, 7, torch.int32) for i in range(n)]),
+             "reduce")
+    t = values(r, 7, torch.int64)
+    dist.reduce(t, dst=0, op=dist.ReduceOp.BXOR)
+    if r == 0:
+        same(t, reference(dist.ReduceOp.BXOR, [values(i, 7, torch.int64) for i in range(n)]),
+             "reduce BXOR")
+    # Broadcast, gathers, scatter.
+    t = values(r, 5, torch.float32)
+    dist.broadcast(t, src=n - 1)
+    same(t, values(n - 1, 5, torch.float32), "broadcast")
+    outs = [torch.zeros(2, 3, dtype=torch.float64) for _ in range(n)]
+    dist.all_gather(outs, values(r, 6, torch.float64).reshape(2, 3))
+    for i in range(n):
+        same(outs[i], values(i, 6, torch.float64).reshape(2, 3), "all_gather %d" % i)
+    whole = torch.zeros(n * 4, dtype=torch.int16)
+    dist.all_gather_into_tensor(whole, values(r, 4, torch.int16))
+    same(whole, torch.cat([values(i, 4, torch.int16) for i in range(n)]),
+         "all_gather_into_tensor")
+    # Coalesced gathers and reduce-scatters (FSDP uses the last two).
+    outs = [[torch.zeros(2), torch.zeros(3)] for _ in range(n)]  # outs[rank][input]
+    dist.all_gather_coalesced(outs, [values(r, 2, torch.float32), values(r + 5, 3, torch.float32)])
+    for i in range(n):
+        same(outs[i][0], values(i, 2, torch.float32), "all_gather_coalesced")
+        same(outs[i][1], values(i + 5, 3, torch.float32), "all_gather_coalesced")
+    from torch.distributed.distributed_c10d import _coalescing_manager
+    a, b = torch.zeros(2 * n), torch.zeros(3 * n)
+    with _coalescing_manager():
+        dist.all_gather_into_tensor(a, values(r, 2, torch.float32))
+        dist.all_gather_into_tensor(b, values(r, 3, torch.float32))
+    same(a, torch.cat([values(i, 2, torch.float32) for i in range(n)]), "coalesced gather a")
+    same(b, torch.cat([values(i, 3, torch.float32) for i in range(n)]), "coalesced gather b")
+    a, b = torch.zeros(2), torch.zeros(3)
+    with _coalescing_manager():
+        dist.reduce_scatter_tensor(a, values(r, 2 * n, torch.float32))
+        dist.reduce_scatter_tensor(b, values(r + 1, 3 * n, torch.float32))
+    same(a, sum(values(i, 2 * n, torch.float32) for i in range(n))[2 * r:2 * r + 2],
+         "coalesced reduce_scatter a")
+    same(b, sum(values(i + 1, 3 * n, torch.float32) for i in range(n))[3 * r:3 * r + 3],
+         "coalesced reduce_scatter b")
+    objs = [None] * n
+    dist.all_gather_object(objs, {"rank": r, "text": "x" * (r + 1)})
+    assert objs == [{"rank": i, "text": "x" * (i + 1)} for i in range(n)], objs
+    gathered = [torch.zeros(3) for _ in range(n)] if r == 0 else None
+    dist.gather(values(r, 3, torch.float32), gather_list=gathered, dst=0)
+    if r == 0:
+        for i in range(n):
+            same(gathered[i], values(i, 3, torch.float32), "gather %d" % i)
+    out = torch.zeros(4, dtype=torch.int64)
+    chunks = [values(10 + i, 4, torch.int64) for i in range(n)] if r == n - 1 else None
+    dist.scatter(out, scatter_list=chunks, src=n - 1)
+    same(out, values(10 + r, 4, torch.int64), "scatter")
+    # Reduce-scatter.
+    out = torch.zeros(3)
+    dist.reduce_scatter(out, [values(r, 3, torch.float32) * (j + 1) for j in range(n)])
+    same(out, sum(values(i, 3, torch.float32) * (r + 1) for i in range(n)), "reduce_scatter")
+    out = torch.zeros(2, dtype=torch.float64)
+    dist.reduce_scatter_tensor(out, values(r, 2 * n, torch.float64), op=dist.ReduceOp.MAX)
+    want = reference(dist.ReduceOp.MAX, [values(i, 2 * n, torch.float64) for i in range(n)])
+    same(out, want[2 * r:2 * r + 2], "reduce_scatter_tensor")
+    # All-to-all: lists, and one tensor with uneven splits (rank i sends i+j+1 rows to j).
+    outs = [torch.zeros(2, dtype=torch.int32) for _ in range(n)]
+    dist.all_to_all(outs, [torch.tensor([r, j], dtype=torch.int32) for j in range(n)])
+    for i in range(n):
+        same(outs[i], torch.tensor([i, r], dtype=torch.int32), "all_to_all from %d" % i)
+    send = [r + j + 1 for j in range(n)]
+    recv = [i + r + 1 for i in range(n)]
+    inp = torch.cat([torch.full((send[j], 2), 100.0 * r + j) for j in range(n)])
+    out = torch.zeros(sum(recv), 2)
+    dist.all_to_all_single(out, inp, output_split_sizes=recv, input_split_sizes=send)
+    same(out, torch.cat([torch.full((recv[i], 2), 100.0 * i + r) for i in range(n)]),
+         "all_to_all_single uneven")
+    out = torch.zeros(n)
+    dist.all_to_all_single(out, torch.arange(n, dtype=torch.float32) + 10 * r)
+    same(out, torch.tensor([10.0 * i + r for i in range(n)]), "all_to_all_single even")
+    dist.barrier()
+    # Work and its Future.
+    t = torch.ones(1000) * (r + 1)
+    work = dist.all_reduce(t, async_op=True)
+    fut = work.get_future()
+    assert work.wait() is True
+    assert work.is_completed()
+    result = fut.wait()
+    same(result[0], torch.ones(1000) * (n * (n + 1) / 2), "future's value")
+    chained = dist.all_reduce(torch.ones(3), async_op=True).get_future().then(
+        lambda f: f.value()[0] * 2)
+    same(chained.wait(), torch.ones(3) * 2 * n, "future.then")
+    # What it refuses, naming what is missing (no collective starts, so ranks stay in step).
+    refused(lambda: dist.send(torch.ones(1), dst=(r + 1) % n), "send", "point-to-point")
+    refused(lambda: dist.all_reduce(torch.ones(2), op=dist.ReduceOp.BAND), "BAND",
+            "integer or bool")
+    refused(lambda: dist.all_reduce(torch.ones(2, dtype=torch.int32), op=dist.ReduceOp.AVG),
+            "AVG", "floating")
+    c = torch.full((3,), complex(1, r), dtype=torch.complex64)  # torch sends it as real pairs
+    dist.all_reduce(c)
+    same(torch.view_as_real(c), torch.view_as_real(
+        torch.full((3,), complex(n, n * (n - 1) / 2), dtype=torch.complex64)), "complex SUM")
+    dist.destroy_process_group()
+    assert not tutti.torch.is_initialized()
+
+
+def train(backend, steps=5, kill_at=None, hook=False):
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    init(backend)
+    r, n = dist.get_rank(), dist.get_world_size()
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(),
+                                torch.nn.Linear(32, 4))
+    ddp = DDP(model, bucket_cap_mb=0.001)  # several buckets
+    if hook:
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+        ddp.register_comm_hook(None, default_hooks.allreduce_hook)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(steps):
+        if kill_at is not None and step == kill_at and r == 1:
+            print("rank 1: killing itself at step %d" % step, flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
+        g = torch.Generator().manual_seed(1000 + step * n + r)
+        x, y = torch.randn(8, 16, generator=g), torch.randn(8, 4, generator=g)
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(ddp(x), y).backward()
+        opt.step()
+    params = [p.detach().clone() for p in model.parameters()]
+    # Every rank holds the same parameters.
+    for p in params:
+        gathered = [torch.zeros_like(p) for _ in range(n)]
+        dist.all_gather(gathered, p)
+        for q in gathered:
+            assert torch.equal(p, q), "ranks' parameters differ on %s" % backend
+    # DDP goes while every rank still holds the process group: torch's gloo was seen to hang
+    # tearing a DDP down after the other rank had left.
+    del ddp, model, opt
+    gc.collect()
+    dist.barrier()
+    dist.destroy_process_group()
+    return params
+
+
+def compare(a, b, n, what):
+    """Parameters of two runs: bit for bit at 2 ranks (each gradient element is one addition
+    of two values, the same bits in either order), else within 1e-6."""
+    for x, y in zip(a, b):
+        if n == 2:
+            assert torch.equal(x, y), "%s differ: %s" % (what, (x - y).abs().max())
+        else:
+            torch.testing.assert_close(x, y, rtol=1e-6, atol=1e-6)
+
+
+def ddp():
+    """Trains on each of --backends in turn (destroy, then re-init), comparing the runs; the
+    second tutti run uses a DDP comm hook (which waits on the Work's Future). --save writes
+    the first run's parameters, for a test to compare with another job's."""
+    n = ARGS.size or int(os.environ.get("WORLD_SIZE", "0"))
+    runs = []
+    for i, backend in enumerate(ARGS.backends.split(",")):
+        hook = backend == "tutti" and "tutti" in ARGS.backends.split(",")[:i]
+        runs.append(train(backend, hook=hook))
+    for params in runs[1:]:
+        compare(runs[0], params, n, "parameters of two runs")
+    if ARGS.save and dist_rank() == 0:
+        torch.save(runs[0], ARGS.save)
+
+
+def dist_rank():
+    if ARGS.rank is not None:
+        return ARGS.rank
+    for v in ("RANK", "TUTTI_RANK", "OMPI_COMM_WORLD_RANK"):
+        if v in os.environ:
+            return int(os.environ[v])
+    return 0
+
+
+def kill():
+    try:
+        train("tutti", steps=10, kill_at=3)
+    except Exception as e:  # noqa: BLE001
+        print("FAILED AS EXPECTED: %s: %s" % (type(e).__name__, e), flush=True)
+        sys.exit(3)
+    raise AssertionError("training went on after rank 1 died")
+
+
+def mismatch():
+    init("tutti")
+    r = dist.get_rank()
+    t = torch.ones(4)
+    try:
+        if r == 0:
+            dist.all_reduce(t)
+        else:
+            dist.broadcast(t, src=0)
+    except Exception as e:  # noqa: BLE001
+        print("FAILED AS EXPECTED: %s: %s" % (type(e).__name__, e), flush=True)
+        sys.exit(3)
+    raise AssertionError("mismatched collectives completed")
+
+
+def main():
+    global ARGS
+    parser = argparse.ArgumentParser()
+    parser.add_argument("mode", choices=["collectives", "ddp", "kill", "mismatch"])
+    parser.add_argument("--rank", type=int, default=None)
+    parser.add_argument("--size", type=int, default=None)
+    parser.add_argument("--init-method", default=None)
+    parser.add_argument("--timeout", type=float, default=60)
+    parser.add_argument("--backends", default="tutti,gloo,tutti")
+    parser.add_argument("--save", default=None)
+    parser.add_argument("--deadline", type=float, default=150,
+                        help="seconds after which the process dumps its stacks and exits")
+    ARGS = parser.parse_args()
+    faulthandler.dump_traceback_later(ARGS.deadline, exit=True)
+    {"collectives": collectives, "ddp": ddp, "kill": kill, "mismatch": mismatch}[ARGS.mode]()
+    print("OK %s" % ARGS.mode, flush=True)
+    sys.stderr.flush()
+    # Not the interpreter's teardown: torch's gloo process group, once destroyed, can hang in
+    # it when rank 0's TCPStore is gone first (seen under tuttirun and mpirun, not torchrun).
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()
