@@ -10,6 +10,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <algorithm>
 #include <fstream>
 #include <map>
 #include <mutex>
@@ -29,6 +30,7 @@ struct ShmHeader {
   int32_t size;
   int32_t id;
   int64_t buffer_bytes;
+  int32_t spins;  // the root's choice for every member's waits (see create)
   alignas(128) std::atomic<int32_t> poison;  // 0 clean, 1 being written, 2 poisoned
   int32_t poison_code;
   char reason[1024];
@@ -160,12 +162,18 @@ struct MemberInfo {
   std::string host;
   int64_t pid = 0;
   uint64_t start_time = 0;
+  std::vector<int> cpus;  // the member's affinity mask: the CPUs it may run on
 };
 
 std::string encodeInfo(bool enabled) {
   std::ostringstream out;
   out << (enabled ? 1 : 0) << "\n" << hostIdentity() << "\n" << getpid() << " "
       << procState(getpid()).start_time;
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  if (sched_getaffinity(0, sizeof cpus, &cpus) == 0)
+    for (int c = 0; c < CPU_SETSIZE; ++c)
+      if (CPU_ISSET(c, &cpus)) out << " " << c;
   return out.str();
 }
 
@@ -177,6 +185,7 @@ MemberInfo decodeInfo(const std::string& bytes) {
   info.enabled = line == "1";
   std::getline(in, info.host);
   in >> info.pid >> info.start_time;
+  for (int c; in >> c;) info.cpus.push_back(c);
   return info;
 }
 
@@ -193,10 +202,6 @@ std::unique_ptr<ShmSegment> ShmSegment::create(ControlPlane& control,
   seg->size_ = size;
   seg->id_ = id;
   seg->ranks_ = ranks;
-  cpu_set_t cpus;
-  CPU_ZERO(&cpus);
-  const int cores = sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
-  seg->spins_ = size > cores ? 0 : 1000;
   seg->buffer_bytes_ = (std::max<int64_t>(options.buffer_bytes, 64 << 10) + kPage - 1) /
                        kPage * kPage;
   seg->bytes_ = dataOffset(size) + 2 * static_cast<size_t>(size) * seg->buffer_bytes_;
@@ -245,6 +250,16 @@ std::unique_ptr<ShmSegment> ShmSegment::create(ControlPlane& control,
       h->size = size;
       h->id = id;
       h->buffer_bytes = seg->buffer_bytes_;
+      // Waits spin first unless the members cannot all run at once: fewer CPUs in the
+      // union of their affinity masks than members (more ranks than cores, or ranks
+      // confined to the same cores). A waiter then needs its core for the peer it waits
+      // for. Each member's own mask says nothing alone: ranks bound to a core each (as
+      // mpirun binds by default) have one CPU apiece and still run side by side.
+      std::vector<int> all;
+      for (const auto& info : infos) all.insert(all.end(), info.cpus.begin(), info.cpus.end());
+      std::sort(all.begin(), all.end());
+      all.erase(std::unique(all.begin(), all.end()), all.end());
+      h->spins = static_cast<int>(all.size()) >= size ? 1000 : 0;
       h->poison.store(0, std::memory_order_relaxed);
       auto* states = reinterpret_cast<ShmRankState*>(static_cast<uint8_t*>(seg->base_) +
                                                      sizeof(ShmHeader));
@@ -287,6 +302,8 @@ std::unique_ptr<ShmSegment> ShmSegment::create(ControlPlane& control,
     if (seg->header_->magic != kMagic || seg->header_->size != size ||
         seg->header_->buffer_bytes != seg->buffer_bytes_)
       problem = "segment " + name + " does not match this process set";
+    else
+      seg->spins_ = seg->header_->spins;
     for (int r = 0; r < size && problem.empty(); ++r)
       if (!alive(procState(seg->states_[r].pid), seg->states_[r].start_time))
         problem = "world rank " + std::to_string(ranks[r]) + "'s process (pid " +
