@@ -4,8 +4,10 @@
 
 #include <fcntl.h>
 #include <sched.h>
+#include <linux/futex.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -39,6 +41,10 @@ struct ShmHeader {
 // One cache-line pair per member, so that one member's arrivals do not slow another's.
 struct alignas(128) ShmRankState {
   std::atomic<uint64_t> seq;
+  // A wait that lasts sleeps on `wake` (a futex word shared by the processes), counted in
+  // `sleepers`; the member bumps `wake` after each new seq and wakes them if any sleep.
+  std::atomic<uint32_t> wake;
+  std::atomic<uint32_t> sleepers;
   int64_t pid;
   uint64_t start_time;
   int32_t world_rank;
@@ -165,6 +171,19 @@ struct MemberInfo {
   std::vector<int> cpus;  // the member's affinity mask: the CPUs it may run on
 };
 
+// Shared (not FUTEX_PRIVATE): the word lives in a mapping of several processes.
+void futexWait(std::atomic<uint32_t>& word, uint32_t seen, std::chrono::nanoseconds limit) {
+  static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t), "a futex is 32 bits");
+  timespec ts{static_cast<time_t>(limit.count() / 1000000000),
+              static_cast<long>(limit.count() % 1000000000)};
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAIT, seen, &ts, nullptr, 0);
+}
+
+void futexWakeAll(std::atomic<uint32_t>& word) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAKE, INT32_MAX, nullptr,
+          nullptr, 0);
+}
+
 std::string encodeInfo(bool enabled) {
   std::ostringstream out;
   out << (enabled ? 1 : 0) << "\n" << hostIdentity() << "\n" << getpid() << " "
@@ -266,6 +285,8 @@ std::unique_ptr<ShmSegment> ShmSegment::create(ControlPlane& control,
       for (int r = 0; r < size; ++r) {
         auto* s = new (&states[r]) ShmRankState();
         s->seq.store(0, std::memory_order_relaxed);
+        s->wake.store(0, std::memory_order_relaxed);
+        s->sleepers.store(0, std::memory_order_relaxed);
         s->pid = infos[r].pid;
         s->start_time = infos[r].start_time;
         s->world_rank = ranks[r];
@@ -357,7 +378,12 @@ std::string ShmSegment::memberName(int member) const {
 
 void ShmSegment::round(Deadline deadline, const std::string& what) {
   ++seq_;
-  states_[rank_].seq.store(seq_, std::memory_order_release);
+  ShmRankState& me = states_[rank_];
+  // seq_cst with the waiters' (sleepers, then seq): either a waiter sees the new seq, or
+  // this sees it counted in sleepers and wakes it.
+  me.seq.store(seq_, std::memory_order_seq_cst);
+  me.wake.fetch_add(1, std::memory_order_seq_cst);
+  if (me.sleepers.load(std::memory_order_seq_cst) != 0) futexWakeAll(me.wake);
   for (int m = 0; m < size_; ++m)
     if (m != rank_) waitFor(m, seq_, deadline, what);
 }
@@ -373,8 +399,8 @@ void ShmSegment::waitFor(int member, uint64_t target, Deadline deadline,
     if (header_->poison.load(std::memory_order_relaxed) != 0) break;
     cpuRelax();
   }
-  // 2. Yield for a millisecond, then sleep in naps, checking the poison, the deadline and
-  //    (every 5 ms) the peer's process. Bounded by the deadline.
+  // 2. Yield for a millisecond, then sleep until the member posts, checking the poison,
+  //    the deadline and (every 5 ms) the peer's process. Bounded by the deadline.
   const auto start = Clock::now();
   auto next_check = start;
   for (;;) {
@@ -394,14 +420,21 @@ void ShmSegment::waitFor(int member, uint64_t target, Deadline deadline,
                  secondsText(duration<double>(now - start).count()) + " s waiting for " +
                  memberName(member) + ", which is " + stateText(p));
     }
-    // Naps grow once a wait is long (an idle peer): 20 us, up to 1 ms after 10 ms.
-    const auto waited = now - start;
-    if (waited < milliseconds(1))
+    // After a millisecond of yields, sleep until the member posts (a futex wake-up), at
+    // most 2 ms at a time for the checks above. Short naps instead (20 us each) woke this
+    // thread 50,000 times a second while the peer was still in its backward pass, each
+    // time preempting the compute that shares its core.
+    if (now - start < milliseconds(1)) {
       sched_yield();
-    else if (waited < milliseconds(10))
-      std::this_thread::sleep_for(microseconds(20));
-    else
-      std::this_thread::sleep_for(std::min<Clock::duration>(waited / 10, milliseconds(1)));
+      continue;
+    }
+    ShmRankState& st = states_[member];
+    const uint32_t seen = st.wake.load(std::memory_order_seq_cst);
+    st.sleepers.fetch_add(1, std::memory_order_seq_cst);
+    if (st.seq.load(std::memory_order_seq_cst) < target &&
+        header_->poison.load(std::memory_order_acquire) == 0)
+      futexWait(st.wake, seen, milliseconds(2));
+    st.sleepers.fetch_sub(1, std::memory_order_seq_cst);
   }
 }
 
@@ -419,6 +452,10 @@ void ShmSegment::poison(StatusCode code, const std::string& reason) {
   std::memcpy(header_->reason, reason.data(), n);
   header_->reason[n] = '\0';
   header_->poison.store(2, std::memory_order_release);
+  for (int m = 0; m < size_; ++m) {  // the members asleep in a wait see it now
+    states_[m].wake.fetch_add(1, std::memory_order_seq_cst);
+    futexWakeAll(states_[m].wake);
+  }
 }
 
 void ShmSegment::fail(StatusCode code, const std::string& message) {
