@@ -12,7 +12,8 @@ the figures are medians over the timed iterations.
     mpirun -np 4 --oversubscribe python3 bench/torch_throughput.py --model mlp --json out.json
 
 Models: `resnet`, a ResNet-like CNN (basic residual blocks, batch norm) on 3x32x32 images;
-`mlp`, many small fully connected layers (many small gradients: what fusion is for).
+`mlp`, many small fully connected layers (many small gradients: what fusion is for);
+`transformer`, a 6-layer transformer encoder, d=256 (76 tensors, 4.8M parameters).
 DDP's process group is set up by the script (rank 0 picks a free port and tells the others
 through Tutti), so the job needs nothing but the launcher. The exit status is non-zero if
 the ranks' parameters differ at the end of a run, for either framework.
@@ -35,11 +36,11 @@ import tutti.torch as hvd
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", choices=["resnet", "mlp", "all"], default="all")
+    p.add_argument("--model", choices=["resnet", "mlp", "transformer", "all"], default="all")
     p.add_argument("--frameworks", default="tutti,ddp",
                    help="comma-separated, from: tutti, ddp (default both, alternating)")
     p.add_argument("--batch-size", type=int, default=0,
-                   help="per rank (default: 32 for resnet, 64 for mlp)")
+                   help="per rank (default: 32 for resnet, 64 for mlp, 16 for transformer)")
     p.add_argument("--num-warmup-batches", type=int, default=3)
     p.add_argument("--num-batches-per-iter", type=int, default=5)
     p.add_argument("--num-iters", type=int, default=5)
@@ -108,16 +109,34 @@ class DeepMLP(nn.Module):
         return self.out(x)
 
 
+class Transformer(nn.Module):
+    """A 6-layer transformer encoder, d=256, 4 heads, feed-forward 1024 (~80 tensors, 4.8M
+    parameters) over sequences of 32 vectors of 64 features, mean-pooled into 10 classes."""
+
+    def __init__(self, layers=6, d=256, classes=10):
+        super().__init__()
+        self.inp = nn.Linear(64, d)
+        layer = nn.TransformerEncoderLayer(d, 4, 4 * d, dropout=0.0, batch_first=True)
+        self.encoder = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        self.out = nn.Linear(d, classes)
+
+    def forward(self, x):
+        return self.out(self.encoder(self.inp(x)).mean(1))
+
+
 def make_model(name, args):
     torch.manual_seed(1234)  # the same initial weights on every rank and for each framework
     if name == "resnet":
         return ResNetLike()
+    if name == "transformer":
+        return Transformer()
     return DeepMLP(args.mlp_layers, args.mlp_width)
 
 
 def make_batch(name, batch, rank):
     g = torch.Generator().manual_seed(100 + rank)
-    shape = (batch, 3, 32, 32) if name == "resnet" else (batch, 128)
+    shape = {"resnet": (batch, 3, 32, 32), "transformer": (batch, 32, 64)}.get(name,
+                                                                             (batch, 128))
     return torch.randn(*shape, generator=g), torch.randint(0, 10, (batch,), generator=g)
 
 
@@ -174,7 +193,7 @@ class Trainer:
 
 
 def run_model(model_name, args):
-    batch = args.batch_size or (32 if model_name == "resnet" else 64)
+    batch = args.batch_size or {"resnet": 32, "transformer": 16}.get(model_name, 64)
     data, target = make_batch(model_name, batch, hvd.rank())
     trainers = [Trainer(f, model_name, args) for f in args.frameworks]
     for t in trainers:
@@ -202,14 +221,14 @@ def run_model(model_name, args):
 
 
 def print_table(results):
-    print("# %-7s %-6s %5s %6s %9s %8s %16s %14s %7s" % (
+    print("# %-11s %-6s %5s %6s %9s %8s %16s %14s %7s" % (
         "model", "frame", "ranks", "batch", "params", "tensors", "samples/s/rank",
         "samples/s", "vs ddp"))
     ddp = {r["model"]: r["samples_per_sec_total"] for r in results if r["framework"] == "ddp"}
     for r in results:
         ratio = ("%.3f" % (r["samples_per_sec_total"] / ddp[r["model"]])
                  if r["model"] in ddp else "-")
-        print("  %-7s %-6s %5d %6d %9d %8d %16.1f %14.1f %7s" % (
+        print("  %-11s %-6s %5d %6d %9d %8d %16.1f %14.1f %7s" % (
             r["model"], r["framework"], r["ranks"], r["batch_per_rank"], r["parameters"],
             r["tensors"], statistics.median(r["samples_per_sec_per_rank"]),
             r["samples_per_sec_total"], ratio))
@@ -221,7 +240,7 @@ def main(argv=None):
     hvd.init()
     if "ddp" in args.frameworks:
         setup_ddp()
-    models = ["resnet", "mlp"] if args.model == "all" else [args.model]
+    models = ["resnet", "mlp", "transformer"] if args.model == "all" else [args.model]
     results = []
     for name in models:
         results.extend(run_model(name, args))

@@ -5,6 +5,8 @@
 #include "base/common.h"
 #include "base/logging.h"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cctype>
@@ -441,6 +443,13 @@ std::string configMarkdown() {
     out << "| `" << var.name << "` | " << var.type << " | " << var.default_text << " | "
         << var.range << " | " << acrossRanksText(var.across) << " | " << var.help << " |\n";
   return out.str();
+}
+
+int usableCores() {
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  if (sched_getaffinity(0, sizeof cpus, &cpus) != 0) return 1;
+  return std::max(1, CPU_COUNT(&cpus));
 }
 
 }  // namespace tutti

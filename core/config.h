@@ -139,4 +139,7 @@ std::string configMarkdown();
 // backend picks its device by the measured local rank.
 BackendOptions backendOptions(const Config& config);
 
+// The CPUs this process may run on (its affinity mask; 1 if it cannot be read).
+int usableCores();
+
 }  // namespace tutti

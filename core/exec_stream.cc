@@ -21,10 +21,13 @@ int64_t tensorsOf(const StreamCommand& command) {
 }  // namespace
 
 bool ExecStream::wantsThread(const Config& config) {
-  return config.pipeline == "1" ||
-         (config.pipeline == "auto" &&
-          std::thread::hardware_concurrency() >=
-              3u * static_cast<unsigned>(std::max(1, config.topology.local_size)));
+  if (config.pipeline != "auto") return config.pipeline == "1";
+  // The cores this rank has: its affinity mask where it was bound to fewer than the host
+  // has, else the host's shared by the ranks on it.
+  const int usable = usableCores();
+  const int host = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  const int mine = usable < host ? usable : usable / std::max(1, config.topology.local_size);
+  return mine >= 3;
 }
 
 void ExecStream::start() {

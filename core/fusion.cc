@@ -97,6 +97,36 @@ std::vector<Response> planFusion(std::vector<Response> responses, int64_t thresh
   return out;
 }
 
+std::vector<Response> planFusion(const std::vector<const Response*>& responses,
+                                 int64_t threshold) {
+  std::vector<Response> out;
+  out.reserve(responses.size());  // `fused` below stays valid
+  std::vector<bool> used(responses.size(), false);
+  for (size_t i = 0; i < responses.size(); ++i) {
+    if (used[i]) continue;
+    used[i] = true;
+    out.push_back(*responses[i]);
+    Response& fused = out.back();
+    int64_t bytes = fusible(fused) ? bytesOf(fused) : -1;
+    if (bytes < 0) continue;
+    for (size_t j = i + 1; j < responses.size() && bytes < threshold; ++j) {
+      const Response& r = *responses[j];
+      if (used[j] || !fusible(r) || !sameKind(fused, r)) continue;
+      int64_t more = bytesOf(r), sum = 0;
+      if (more < 0 || !checkedAdd(bytes, more, &sum) || sum > threshold) continue;
+      bytes = sum;
+      used[j] = true;
+      if (fused.names.size() == 1) {  // the first to join: room for all that may follow
+        fused.names.reserve(responses.size() - i);
+        fused.counts.reserve(responses.size() - i);
+      }
+      fused.names.insert(fused.names.end(), r.names.begin(), r.names.end());
+      fused.counts.insert(fused.counts.end(), r.counts.begin(), r.counts.end());
+    }
+  }
+  return out;
+}
+
 void FusionBuffer::Free::operator()(void* p) const { std::free(p); }
 
 void* FusionBuffer::reserve(size_t bytes) {

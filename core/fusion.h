@@ -16,6 +16,10 @@ namespace tutti {
 // `threshold`. A fused response takes the place of its first member; the others keep their
 // relative order. CUDA tensors and errors are never fused.
 std::vector<Response> planFusion(std::vector<Response> responses, int64_t threshold);
+// The same plan from responses held elsewhere (the response cache): each is copied once,
+// into its batch.
+std::vector<Response> planFusion(const std::vector<const Response*>& responses,
+                                 int64_t threshold);
 
 // The bytes of data `r` moves on this rank (group rank `rank` of `size`), known from the
 // agreed response alone but for `row_elements`: the elements per first-dimension row of

@@ -1,5 +1,7 @@
 #include "core/negotiator.h"
 
+#include "core/fusion.h"
+
 #include <algorithm>
 
 namespace tutti {
@@ -95,7 +97,8 @@ void Negotiator::contribute(std::vector<Request> fresh, std::string stall, Round
 }
 
 Agreement Negotiator::agree(const RoundBits& bits, size_t index, ControlPlane& control,
-                            const TensorQueue& queue, Deadline deadline, Timeline* tl) {
+                            const TensorQueue& queue, Deadline deadline, Timeline* tl,
+                            int64_t fusion_threshold) {
   Agreement out;
   const bool someone_joined = !bits.test(bits.noJoin(index));
   std::vector<int> ready;
@@ -110,8 +113,6 @@ Agreement Negotiator::agree(const RoundBits& bits, size_t index, ControlPlane& c
           dropHits(misses_, [slot](const CacheHit& h) { return h.slot == slot; });
           cache_.erase(slot);
         });
-    out.responses.reserve(ready.size());
-    for (int slot : ready) out.responses.push_back(cache_.response(slot));
     std::vector<Request> ignored;  // their entries run from the cached responses
     dropHits(ignored, [&](const CacheHit& h) {
       return std::binary_search(ready.begin(), ready.end(), h.slot);
@@ -121,20 +122,16 @@ Agreement Negotiator::agree(const RoundBits& bits, size_t index, ControlPlane& c
   const bool negotiates = !bits.test(bits.noNew(index)) || someone_joined;
   if (!negotiates && ready.empty()) return out;
   out.active = true;
+  std::vector<Response> negotiated;
   if (negotiates) {
     const auto start = Clock::now();
-    negotiate(control, deadline, tl, &out.responses);
+    negotiate(control, deadline, tl, &negotiated);
     out.negotiation = Clock::now() - start;
   }
-  // 3. The cache learns this round's agreements, in agreed order, before execution takes
-  //    the entries (every member holds an identical request for each). A hit still waiting
-  //    for a slot that gets replaced is negotiated in full next round.
-  //    The root's counts must be this rank's own: the executor copies that many elements.
-  const bool learn = !someone_joined && cache_on_;
-  if (learn)
-    for (int slot : ready) cache_.touch(slot);
-  for (size_t k = out.cached; k < out.responses.size(); ++k) {
-    const Response& r = out.responses[k];
+  out.negotiated = negotiated.size();
+  // 3. Every negotiated response against this rank's own request: the executor copies as
+  //    many elements (rows, splits) as the root agreed.
+  for (const Response& r : negotiated) {
     if (r.type != ResponseType::kOp || r.names.size() != 1) continue;
     auto q = queue.peek(r.names[0]);
     if (!q) continue;
@@ -155,10 +152,29 @@ Agreement Negotiator::agree(const RoundBits& bits, size_t index, ControlPlane& c
                     r.splits.begin() + static_cast<std::ptrdiff_t>(me) * size_))
       throwError(StatusCode::kInternal,
                  fromRoot(r) + ": agreed other send splits for this rank than its own");
-    if (!learn) continue;
-    const int replaced = cache_.put(*q, r);
-    if (replaced >= 0)
-      dropHits(demoted_, [replaced](const CacheHit& h) { return h.slot == replaced; });
+  }
+  // 4. The round's batches, in agreed order (cached ops first, then negotiated ones),
+  //    read straight from the cache's slots: a cached response is copied once, into its
+  //    batch, not first into a list of its own.
+  std::vector<const Response*> agreed;
+  agreed.reserve(ready.size() + negotiated.size());
+  for (int slot : ready) agreed.push_back(&cache_.response(slot));
+  for (const Response& r : negotiated) agreed.push_back(&r);
+  out.responses = planFusion(agreed, fusion_threshold);
+  // 5. The cache learns this round's agreements, in agreed order, after the batches are
+  //    planned (a put may replace a slot read above), before execution takes the entries
+  //    (every member holds an identical request for each). A hit still waiting for a slot
+  //    that gets replaced is negotiated in full next round.
+  if (!someone_joined && cache_on_) {
+    for (int slot : ready) cache_.touch(slot);
+    for (const Response& r : negotiated) {
+      if (r.type != ResponseType::kOp || r.names.size() != 1) continue;
+      auto q = queue.peek(r.names[0]);
+      if (!q) continue;
+      const int replaced = cache_.put(*q, r);
+      if (replaced >= 0)
+        dropHits(demoted_, [replaced](const CacheHit& h) { return h.slot == replaced; });
+    }
   }
   for (const auto& r : out.responses) {
     if (r.op == OpType::kJoin) joined_ = false;  // it runs this round

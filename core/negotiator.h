@@ -83,8 +83,11 @@ void RoundBits::scan(size_t set, Ready ready, Stale stale) const {
 // What agree() decided for one set this round.
 struct Agreement {
   bool active = false;              // something ran or was negotiated: a round with work
-  std::vector<Response> responses;  // in agreed order: cached ops first, then negotiated ones
-  size_t cached = 0;                // how many of `responses` came from the cache
+  // In agreed order (cached ops first, then negotiated ones), fused into batches by
+  // planFusion with agree()'s fusion threshold (0: one response per op, unfused).
+  std::vector<Response> responses;
+  size_t cached = 0;                // ops agreed from the cache this round
+  size_t negotiated = 0;            // ops negotiated in full this round
   Clock::duration negotiation{};    // time spent gathering and broadcasting
 };
 
@@ -100,8 +103,10 @@ class Negotiator {
                   Timeline* tl, int64_t* hits, int64_t* misses);
   // Step 3, after the AND. Throws Error(kTimeout) with rank 0's fatal stall verdict, on
   // every member. `queue` gives the requests behind negotiated responses (for the cache).
+  // The responses come fused into batches of up to `fusion_threshold` bytes (planFusion).
   Agreement agree(const RoundBits& bits, size_t index, ControlPlane& control,
-                  const TensorQueue& queue, Deadline deadline, Timeline* tl);
+                  const TensorQueue& queue, Deadline deadline, Timeline* tl,
+                  int64_t fusion_threshold = 0);
 
   // Autotune's switch, applied at the same round on every member before contribute(): off
   // empties the cache and sends the waiting hits to full negotiation; on starts empty.

@@ -72,13 +72,14 @@ bool Runtime::runRound(bool* had_work) {
     ProcessSet& set = *sets[i];
     if (!set.member()) continue;
     Agreement agreed = set.negotiator.agree(bits, i, *set.control, set.queue,
-                                            deadlineAfter(config_.timeout_seconds), tl.get());
+                                            deadlineAfter(config_.timeout_seconds), tl.get(),
+                                            tuned_.fusion_threshold);
     stats_.addTime(StatTime::kNegotiation, agreed.negotiation);
     if (!agreed.active) continue;
     *had_work = true;
     notes.cache_hits += static_cast<int64_t>(agreed.cached);
-    notes.negotiated += static_cast<int64_t>(agreed.responses.size() - agreed.cached);
-    std::vector<Response> plan = planFusion(std::move(agreed.responses), tuned_.fusion_threshold);
+    notes.negotiated += static_cast<int64_t>(agreed.negotiated);
+    std::vector<Response> plan = std::move(agreed.responses);  // fused by agree()
     std::vector<int64_t> bytes(plan.size());
     for (size_t k = 0; k < plan.size(); ++k) {
       const Response& r = plan[k];

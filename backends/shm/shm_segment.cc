@@ -4,12 +4,15 @@
 
 #include <fcntl.h>
 #include <sched.h>
+#include <linux/futex.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
+#include <algorithm>
 #include <fstream>
 #include <map>
 #include <mutex>
@@ -29,6 +32,7 @@ struct ShmHeader {
   int32_t size;
   int32_t id;
   int64_t buffer_bytes;
+  int32_t spins;  // the root's choice for every member's waits (see create)
   alignas(128) std::atomic<int32_t> poison;  // 0 clean, 1 being written, 2 poisoned
   int32_t poison_code;
   char reason[1024];
@@ -37,6 +41,10 @@ struct ShmHeader {
 // One cache-line pair per member, so that one member's arrivals do not slow another's.
 struct alignas(128) ShmRankState {
   std::atomic<uint64_t> seq;
+  // A wait that lasts sleeps on `wake` (a futex word shared by the processes), counted in
+  // `sleepers`; the member bumps `wake` after each new seq and wakes them if any sleep.
+  std::atomic<uint32_t> wake;
+  std::atomic<uint32_t> sleepers;
   int64_t pid;
   uint64_t start_time;
   int32_t world_rank;
@@ -160,12 +168,31 @@ struct MemberInfo {
   std::string host;
   int64_t pid = 0;
   uint64_t start_time = 0;
+  std::vector<int> cpus;  // the member's affinity mask: the CPUs it may run on
 };
+
+// Shared (not FUTEX_PRIVATE): the word lives in a mapping of several processes.
+void futexWait(std::atomic<uint32_t>& word, uint32_t seen, std::chrono::nanoseconds limit) {
+  static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t), "a futex is 32 bits");
+  timespec ts{static_cast<time_t>(limit.count() / 1000000000),
+              static_cast<long>(limit.count() % 1000000000)};
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAIT, seen, &ts, nullptr, 0);
+}
+
+void futexWakeAll(std::atomic<uint32_t>& word) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAKE, INT32_MAX, nullptr,
+          nullptr, 0);
+}
 
 std::string encodeInfo(bool enabled) {
   std::ostringstream out;
   out << (enabled ? 1 : 0) << "\n" << hostIdentity() << "\n" << getpid() << " "
       << procState(getpid()).start_time;
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  if (sched_getaffinity(0, sizeof cpus, &cpus) == 0)
+    for (int c = 0; c < CPU_SETSIZE; ++c)
+      if (CPU_ISSET(c, &cpus)) out << " " << c;
   return out.str();
 }
 
@@ -177,6 +204,7 @@ MemberInfo decodeInfo(const std::string& bytes) {
   info.enabled = line == "1";
   std::getline(in, info.host);
   in >> info.pid >> info.start_time;
+  for (int c; in >> c;) info.cpus.push_back(c);
   return info;
 }
 
@@ -193,10 +221,6 @@ std::unique_ptr<ShmSegment> ShmSegment::create(ControlPlane& control,
   seg->size_ = size;
   seg->id_ = id;
   seg->ranks_ = ranks;
-  cpu_set_t cpus;
-  CPU_ZERO(&cpus);
-  const int cores = sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
-  seg->spins_ = size > cores ? 0 : 1000;
   seg->buffer_bytes_ = (std::max<int64_t>(options.buffer_bytes, 64 << 10) + kPage - 1) /
                        kPage * kPage;
   seg->bytes_ = dataOffset(size) + 2 * static_cast<size_t>(size) * seg->buffer_bytes_;
@@ -245,12 +269,24 @@ std::unique_ptr<ShmSegment> ShmSegment::create(ControlPlane& control,
       h->size = size;
       h->id = id;
       h->buffer_bytes = seg->buffer_bytes_;
+      // Waits spin first unless the members cannot all run at once: fewer CPUs in the
+      // union of their affinity masks than members (more ranks than cores, or ranks
+      // confined to the same cores). A waiter then needs its core for the peer it waits
+      // for. Each member's own mask says nothing alone: ranks bound to a core each (as
+      // mpirun binds by default) have one CPU apiece and still run side by side.
+      std::vector<int> all;
+      for (const auto& info : infos) all.insert(all.end(), info.cpus.begin(), info.cpus.end());
+      std::sort(all.begin(), all.end());
+      all.erase(std::unique(all.begin(), all.end()), all.end());
+      h->spins = static_cast<int>(all.size()) >= size ? 1000 : 0;
       h->poison.store(0, std::memory_order_relaxed);
       auto* states = reinterpret_cast<ShmRankState*>(static_cast<uint8_t*>(seg->base_) +
                                                      sizeof(ShmHeader));
       for (int r = 0; r < size; ++r) {
         auto* s = new (&states[r]) ShmRankState();
         s->seq.store(0, std::memory_order_relaxed);
+        s->wake.store(0, std::memory_order_relaxed);
+        s->sleepers.store(0, std::memory_order_relaxed);
         s->pid = infos[r].pid;
         s->start_time = infos[r].start_time;
         s->world_rank = ranks[r];
@@ -287,6 +323,8 @@ std::unique_ptr<ShmSegment> ShmSegment::create(ControlPlane& control,
     if (seg->header_->magic != kMagic || seg->header_->size != size ||
         seg->header_->buffer_bytes != seg->buffer_bytes_)
       problem = "segment " + name + " does not match this process set";
+    else
+      seg->spins_ = seg->header_->spins;
     for (int r = 0; r < size && problem.empty(); ++r)
       if (!alive(procState(seg->states_[r].pid), seg->states_[r].start_time))
         problem = "world rank " + std::to_string(ranks[r]) + "'s process (pid " +
@@ -340,7 +378,12 @@ std::string ShmSegment::memberName(int member) const {
 
 void ShmSegment::round(Deadline deadline, const std::string& what) {
   ++seq_;
-  states_[rank_].seq.store(seq_, std::memory_order_release);
+  ShmRankState& me = states_[rank_];
+  // seq_cst with the waiters' (sleepers, then seq): either a waiter sees the new seq, or
+  // this sees it counted in sleepers and wakes it.
+  me.seq.store(seq_, std::memory_order_seq_cst);
+  me.wake.fetch_add(1, std::memory_order_seq_cst);
+  if (me.sleepers.load(std::memory_order_seq_cst) != 0) futexWakeAll(me.wake);
   for (int m = 0; m < size_; ++m)
     if (m != rank_) waitFor(m, seq_, deadline, what);
 }
@@ -356,8 +399,8 @@ void ShmSegment::waitFor(int member, uint64_t target, Deadline deadline,
     if (header_->poison.load(std::memory_order_relaxed) != 0) break;
     cpuRelax();
   }
-  // 2. Yield for a millisecond, then sleep in naps, checking the poison, the deadline and
-  //    (every 5 ms) the peer's process. Bounded by the deadline.
+  // 2. Yield for a millisecond, then sleep until the member posts, checking the poison,
+  //    the deadline and (every 5 ms) the peer's process. Bounded by the deadline.
   const auto start = Clock::now();
   auto next_check = start;
   for (;;) {
@@ -377,14 +420,21 @@ void ShmSegment::waitFor(int member, uint64_t target, Deadline deadline,
                  secondsText(duration<double>(now - start).count()) + " s waiting for " +
                  memberName(member) + ", which is " + stateText(p));
     }
-    // Naps grow once a wait is long (an idle peer): 20 us, up to 1 ms after 10 ms.
-    const auto waited = now - start;
-    if (waited < milliseconds(1))
+    // After a millisecond of yields, sleep until the member posts (a futex wake-up), at
+    // most 2 ms at a time for the checks above. Short naps instead (20 us each) woke this
+    // thread 50,000 times a second while the peer was still in its backward pass, each
+    // time preempting the compute that shares its core.
+    if (now - start < milliseconds(1)) {
       sched_yield();
-    else if (waited < milliseconds(10))
-      std::this_thread::sleep_for(microseconds(20));
-    else
-      std::this_thread::sleep_for(std::min<Clock::duration>(waited / 10, milliseconds(1)));
+      continue;
+    }
+    ShmRankState& st = states_[member];
+    const uint32_t seen = st.wake.load(std::memory_order_seq_cst);
+    st.sleepers.fetch_add(1, std::memory_order_seq_cst);
+    if (st.seq.load(std::memory_order_seq_cst) < target &&
+        header_->poison.load(std::memory_order_acquire) == 0)
+      futexWait(st.wake, seen, milliseconds(2));
+    st.sleepers.fetch_sub(1, std::memory_order_seq_cst);
   }
 }
 
@@ -402,6 +452,10 @@ void ShmSegment::poison(StatusCode code, const std::string& reason) {
   std::memcpy(header_->reason, reason.data(), n);
   header_->reason[n] = '\0';
   header_->poison.store(2, std::memory_order_release);
+  for (int m = 0; m < size_; ++m) {  // the members asleep in a wait see it now
+    states_[m].wake.fetch_add(1, std::memory_order_seq_cst);
+    futexWakeAll(states_[m].wake);
+  }
 }
 
 void ShmSegment::fail(StatusCode code, const std::string& message) {

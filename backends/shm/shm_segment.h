@@ -102,7 +102,7 @@ class ShmSegment {
   std::vector<int> ranks_;
   mutable std::string where_tail_;  // where()'s " on group ..." part, built on first use
   int64_t buffer_bytes_ = 0;
-  int spins_ = 1000;  // 0 when oversubscribed (more members than usable cores)
+  int spins_ = 1000;  // 0 when the members have fewer CPUs between them than members
   uint64_t epoch_ = 0;
   uint64_t seq_ = 0;
 };

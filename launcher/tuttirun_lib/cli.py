@@ -7,6 +7,7 @@ import shlex
 import signal
 import sys
 
+from . import binding
 from . import hosts as hostlib
 from . import config_file
 from .compat import add_horovodrun_flags, print_notices
@@ -148,6 +149,11 @@ def make_parser():
                           "anyway), and NCCL too (NCCL_IB_DISABLE=1)")
     mpi.add_argument("--binding-args", metavar="'ARGS'",
                      help="mpirun's binding arguments instead of --bind-to none")
+    p.add_argument("--bind-to", choices=binding.CHOICES, metavar="WHAT",
+                   help="bind each local worker to a core, to its core's package, or not at "
+                        "all: %s (default none; auto: core where this host has a core per "
+                        "local rank, else none); under --mpi, mpirun's --bind-to" %
+                        ", ".join(binding.CHOICES))
     p.add_argument("--output-filename", metavar="DIR",
                    help="also write DIR/rank.N/stdout and DIR/rank.N/stderr")
     p.add_argument("-cb", "--check-build", action="store_true",
@@ -281,8 +287,16 @@ def run_mpi(args, host_list, env):
         # mpirun passes remote ranks only what -x names: name the whole environment (by
         # name only: mpirun reads the values from its own environment, off the command line).
         env = dict(dict.fromkeys(forwarded_environment()), **env)
+    binding_args = args.binding_args
+    if binding_args is None:
+        # As the gloo path binds: auto looks at the largest number of ranks on one host.
+        most = max(min(np_, args.np) for _, np_ in host_list) if host_list else args.np
+        how = binding.resolve(args.bind_to or binding.DEFAULT, most, binding.host_cores())
+        binding_args = "--bind-to %s" % how
+    elif args.bind_to is not None:
+        fail("--bind-to and --binding-args: give one of them")
     options = MpiOptions(output_dir=args.output_filename, nics=args.nics, tcp=args.tcp,
-                         binding_args=args.binding_args, extra_args=args.mpi_args,
+                         binding_args=binding_args, extra_args=args.mpi_args,
                          remote=remote)
     argv = mpirun_command(args.np, host_list, env, args.command, options)
     if args.verbose or args.dry_run:
@@ -303,9 +317,15 @@ def run_gloo(args, host_list, env):
         address = hostlib.address_toward(next(s.host for s in slots if not local[s.host]))
     secret = secrets.token_hex(32)  # 32 random bytes, only ever in environments and pipes
     env = dict(env, TUTTI_CPU_OPERATIONS="gloo", TUTTI_RENDEZVOUS_ADDR=address)
+    cores = binding.host_cores()
+    here = [s for s in slots if local[s.host]]  # (under one or more names of this host)
+    bound = {s.rank: binding.cpus_for(args.bind_to or binding.DEFAULT, i, len(here), cores)
+             for i, s in enumerate(here)}
     if args.dry_run:
         for s in slots:
             where = "local" if local[s.host] else "ssh"
+            if bound.get(s.rank):
+                where += ", CPUs %s" % binding.describe(bound[s.rank])
             print("tuttirun: rank %d on %s (%s): %s" % (s.rank, s.host, where, " ".join(
                 "%s=%s" % kv for kv in sorted(dict(env, **s.env(args.np)).items()))))
         return 0
@@ -319,11 +339,14 @@ def run_gloo(args, host_list, env):
         for s in slots:
             worker_env = dict(env, **s.env(args.np))
             if args.verbose:
-                print("tuttirun: starting rank %d on %s: %s" % (
-                    s.rank, s.host, " ".join(shlex.quote(a) for a in args.command)),
+                print("tuttirun: starting rank %d on %s%s: %s" % (
+                    s.rank, s.host, ", CPUs " + binding.describe(bound[s.rank])
+                    if bound.get(s.rank) else "",
+                    " ".join(shlex.quote(a) for a in args.command)),
                     file=sys.stderr, flush=True)
             if local[s.host]:
-                job.start_local(s, args.command, local_environment(worker_env, secret))
+                job.start_local(s, args.command, local_environment(worker_env, secret),
+                                bound[s.rank])
             else:
                 argv, stdin = remote_command(s.host, args.command,
                                              remote_environment(worker_env), os.getcwd(),
@@ -354,6 +377,9 @@ def is_elastic(args):
 def run_gloo_elastic(args, host_list, env):
     if args.mpi:
         fail("elastic jobs run over gloo; drop --mpi")
+    if args.bind_to not in (None, "none"):
+        print("tuttirun: warning: --bind-to applies to fixed-size jobs only; the workers of "
+              "an elastic job are not bound", file=sys.stderr, flush=True)
     try:
         if args.host_discovery_script:
             first = discover(args.host_discovery_script, args.slots or 1, 30.0)

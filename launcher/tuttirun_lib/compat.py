@@ -18,8 +18,8 @@ IGNORED = [
     (["--num-nccl-streams"], "num_nccl_streams", int,
      "Tutti runs each NCCL communicator on one CUDA stream of its own (docs/nccl.md)"),
     (["--thread-affinity"], "thread_affinity", int,
-     "Tutti does not pin its background thread; pin whole ranks instead (--binding-args "
-     "with --mpi, or taskset/numactl in the command)"),
+     "Tutti does not pin its background thread; pin whole ranks instead (--bind-to core "
+     "or package; --binding-args with --mpi; or taskset/numactl in the command)"),
     (["--autotune-steps-per-sample"], "autotune_steps_per_sample", int,
      "Tutti's autotune scores time windows, not steps (TUTTI_AUTOTUNE_WINDOW_SECONDS, "
      "default 0.5; set it with -x)"),

@@ -196,10 +196,17 @@ class Job:
         self.log = log or (lambda message: print(message, file=sys.stderr, flush=True))
         self.interrupted = None
 
-    def start_local(self, slot, command, env):
+    def start_local(self, slot, command, env, cpus=None):
+        """cpus: the CPUs the worker is bound to (--bind-to), or None."""
+        preexec = self.preexec(cpus)
         popen = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL,
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                 start_new_session=True, preexec_fn=self.preexec())
+                                 start_new_session=True, preexec_fn=preexec)
+        if cpus and preexec is None:  # not safe before exec here: bind it right after
+            try:
+                os.sched_setaffinity(popen.pid, cpus)
+            except OSError:
+                pass
         self._add(slot, popen, slot.host)
 
     def start_remote(self, slot, argv, stdin_bytes):
@@ -211,8 +218,17 @@ class Job:
         self._add(slot, popen, slot.host)
 
     @staticmethod
-    def preexec():
-        return _die_with_parent if _PRCTL and threading.active_count() == 1 else None
+    def preexec(cpus=None):
+        if threading.active_count() != 1:
+            return None
+        if not cpus:
+            return _die_with_parent if _PRCTL else None
+
+        def bind_and_die_with_parent():
+            os.sched_setaffinity(0, cpus)
+            if _PRCTL:
+                _die_with_parent()
+        return bind_and_die_with_parent
 
     def _add(self, slot, popen, where):
         self.workers.append(Worker(slot, popen, where))

@@ -11,6 +11,7 @@
 #include "test/catch.h"
 
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -34,7 +35,11 @@ struct Outcome {
 
 // Waits on *handle once it is published, through tutti_wait_result or tutti_wait.
 void waitOn(const std::atomic<tutti_handle_t>* handle, bool want_result, Outcome* out) {
-  for (int i = 0; i < 1000000 && handle->load() == 0; ++i) std::this_thread::yield();
+  // Until the submitting thread publishes it (rank 1 submits 300 ms late), with a deadline
+  // in time: a count of yields lasted less than 300 ms where nothing else ran.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (handle->load() == 0 && std::chrono::steady_clock::now() < until)
+    std::this_thread::yield();
   out->result.struct_size = sizeof(tutti_result_t);
   out->status = want_result ? tutti_wait_result(handle->load(), kWaitSeconds, &out->result)
                             : tutti_wait(handle->load(), kWaitSeconds);

@@ -11,6 +11,7 @@ import time
 import unittest
 
 from launcher_test_util import LIB_DIR, PYTHON, TUTTIRUN, alive, run
+from tuttirun_lib import binding
 from tuttirun_lib import hosts as hostlib
 from tuttirun_lib.spawn import remote_command
 
@@ -358,6 +359,85 @@ class RemoteTest(unittest.TestCase):
         proc.communicate(timeout=30)
         self.assertEqual(proc.returncode, 128 + signal.SIGINT)
         TeardownTest.assert_all_dead(self, pids)
+
+
+def allowed_cpus(text):
+    """{rank: set of CPUs} from workers that printed their Cpus_allowed_list."""
+    found = {}
+    for rank, line in lines_by_rank(text).items():
+        for entry in line[-1].split(":", 1)[1].strip().split(","):
+            first, _, last = entry.partition("-")
+            found.setdefault(rank, set()).update(range(int(first), int(last or first) + 1))
+    return found
+
+
+class BindingTest(unittest.TestCase):
+    """--bind-to: the CPUs each local worker may run on."""
+    SHOW = ["sh", "-c", "grep Cpus_allowed_list /proc/self/status"]
+
+    def fake_sysfs(self, d, topology):
+        """topology: {cpu: (package, core)}"""
+        for cpu, (package, core) in topology.items():
+            base = os.path.join(d, "cpu%d" % cpu, "topology")
+            os.makedirs(base)
+            with open(os.path.join(base, "physical_package_id"), "w") as f:
+                f.write("%d\n" % package)
+            with open(os.path.join(base, "core_id"), "w") as f:
+                f.write("%d\n" % core)
+
+    def test_cores_packages_and_hardware_threads(self):
+        # 2 packages x 2 cores x 2 hardware threads; CPU n and n+4 share a core.
+        topology = {cpu: (cpu % 4 // 2, cpu % 2) for cpu in range(8)}
+        with tempfile.TemporaryDirectory() as d:
+            self.fake_sysfs(d, topology)
+            cores = binding.host_cores(range(8), sysfs=d)
+            self.assertEqual(cores, [(0, [0, 4]), (0, [1, 5]), (1, [2, 6]), (1, [3, 7])])
+            # only the CPUs tuttirun may use count
+            self.assertEqual(binding.host_cores([1, 2, 5], sysfs=d), [(0, [1, 5]), (1, [2])])
+        self.assertEqual(binding.cpus_for("core", 0, 4, cores), [0, 4])
+        self.assertEqual(binding.cpus_for("core", 3, 4, cores), [3, 7])
+        self.assertEqual(binding.cpus_for("package", 2, 4, cores), [2, 3, 6, 7])
+        self.assertIsNone(binding.cpus_for("none", 0, 4, cores))
+        self.assertEqual(binding.cpus_for("auto", 1, 4, cores), [1, 5])
+        self.assertIsNone(binding.cpus_for("auto", 1, 5, cores))  # more ranks than cores
+        self.assertEqual(binding.cpus_for("core", 4, 5, cores), [0, 4])  # wraps around
+        self.assertEqual(binding.describe([0, 1, 2, 3, 8, 10, 11]), "0-3,8,10-11")
+
+    def test_unreadable_topology_counts_each_cpu_as_a_core(self):
+        with tempfile.TemporaryDirectory() as d:
+            self.assertEqual(binding.host_cores([0, 3], sysfs=d), [(0, [0]), (0, [3])])
+
+    def test_workers_run_on_their_cpus(self):
+        cores = binding.host_cores()
+        np = min(2, len(cores))
+        r = run(["-np", str(np), "--bind-to", "core"] + self.SHOW)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        got = allowed_cpus(r.stdout)
+        for rank in range(np):
+            self.assertEqual(got[rank], set(cores[rank][1]), r.stdout)
+        mine = set(os.sched_getaffinity(0))
+        for flag in ([], ["--bind-to", "none"]):  # the default: not bound
+            r = run(["-np", "2"] + flag + self.SHOW)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertEqual(allowed_cpus(r.stdout), {0: mine, 1: mine}, flag)
+
+    def test_dry_run_names_the_cpus_and_mpi_gets_the_binding(self):
+        r = run(["-np", "1", "--bind-to", "core", "--dry-run", "prog"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("(local, CPUs %s)" % binding.describe(binding.host_cores()[0][1]),
+                      r.stdout)
+        for flag, expected in ((["--bind-to", "package"], "--bind-to package"),
+                               ([], "--bind-to none")):
+            r = run(["--mpi", "--dry-run", "-np", "1"] + flag + ["prog"])
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertIn(expected, r.stdout)
+        r = run(["--mpi", "--dry-run", "-np", "1", "--bind-to", "core",
+                 "--binding-args=--bind-to socket", "prog"])
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("--bind-to and --binding-args", r.stderr)
+        r = run(["-np", "1", "--bind-to", "everywhere", "prog"])
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("--bind-to", r.stderr)
 
 
 class MpiAndBuildTest(unittest.TestCase):

@@ -415,7 +415,7 @@ class TuttiBackend : public c10d::Backend {
                 "tutti backend: allgather needs one list of ", size_, " output tensors");
     for (auto& o : outputs[0]) checkOutput(o, in, "allgather");
     std::vector<at::Tensor> outs = outputs[0];
-    return gatherInto(OpType::ALLGATHER, "allgather", in, outs, -1, opts.timeout);
+    return gatherInto(OpType::ALLGATHER, "allgather", in, outs, opts.timeout);
   }
 
   c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
@@ -428,7 +428,7 @@ class TuttiBackend : public c10d::Backend {
                 " times the input (", input.numel(), " elements of ", input.scalar_type(),
                 "), got ", output.numel(), " elements of ", output.scalar_type());
     std::vector<at::Tensor> outs = {output};
-    return gatherInto(OpType::_ALLGATHER_BASE, "all_gather_into_tensor", input, outs, -1,
+    return gatherInto(OpType::_ALLGATHER_BASE, "all_gather_into_tensor", input, outs,
                       opts.timeout, /*whole=*/true);
   }
 
@@ -520,8 +520,7 @@ class TuttiBackend : public c10d::Backend {
                   "tutti backend: gather: only the root (rank ", opts.rootRank,
                   ") passes output tensors");
     }
-    return gatherInto(OpType::GATHER, "gather", in, outs, static_cast<int>(opts.rootRank),
-                      opts.timeout);
+    return gatherInto(OpType::GATHER, "gather", in, outs, opts.timeout);  // outs: root's only
   }
 
   c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs,
@@ -775,10 +774,10 @@ class TuttiBackend : public c10d::Backend {
     return enqueue(std::move(p));
   }
 
-  // Allgather of `in`; rank order chunks go to `outs` (one per rank, or one `whole` tensor)
-  // on every rank (root < 0) or on the root only.
+  // Allgather of `in`; rank order chunks go to `outs` (one per rank, or one `whole` tensor),
+  // where a rank passes any (a gather's non-roots pass none and drop theirs).
   c10::intrusive_ptr<c10d::Work> gatherInto(OpType type, const char* op, at::Tensor in,
-                                            std::vector<at::Tensor> outs, int root,
+                                            std::vector<at::Tensor> outs,
                                             std::chrono::milliseconds timeout,
                                             bool whole = false) {
     return gatherMany(type, op, {in}, {outs}, outs, timeout, whole);
