@@ -117,12 +117,17 @@ TEST_CASE("two threads in tutti::wait on one allgather: one gets the Result", "[
   std::atomic<bool> go{false};
   Status sa, sb;
   Result ra, rb;
+  // Until the handle is published (rank 1 submits 300 ms late), with a deadline in time.
+  auto published = [&go] {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (!go.load() && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+  };
   std::thread ta([&] {
-    for (int i = 0; i < 1000000 && !go.load(); ++i) std::this_thread::yield();
+    published();
     sa = wait(h, kWaitSeconds, &ra);
   });
   std::thread tb([&] {
-    for (int i = 0; i < 1000000 && !go.load(); ++i) std::this_thread::yield();
+    published();
     sb = wait(h, kWaitSeconds, &rb);
   });
   if (rank() == 1) sleepMillis(300);
