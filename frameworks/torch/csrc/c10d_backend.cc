@@ -42,6 +42,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 namespace py = pybind11;
@@ -53,6 +54,21 @@ namespace {
 
 using c10d::OpType;
 using c10d::ReduceOp;
+
+// Names that moved between torch releases (the extension builds against the environment's
+// torch, 2.x). PREMUL_SUM's factor: `PreMulSumSupplement` in newer torch, which keeps
+// `NCCLPreMulSumSupplement` as an alias of it; torch 2.11 has only the latter.
+using PreMulSupplement = c10d::NCCLPreMulSumSupplement;
+
+// OpType::REDUCE_SCATTER_TENSOR_COALESCED where this torch has it (not in 2.11), else COALESCED.
+template <typename T, typename = void>
+struct ReduceScatterCoalesced {
+  static constexpr T value = T::COALESCED;
+};
+template <typename T>
+struct ReduceScatterCoalesced<T, std::void_t<decltype(T::REDUCE_SCATTER_TENSOR_COALESCED)>> {
+  static constexpr T value = T::REDUCE_SCATTER_TENSOR_COALESCED;
+};
 
 std::exception_ptr backendError(const std::string& message) {
   try {
@@ -138,7 +154,7 @@ Reduction reductionFor(const ReduceOp& reduce, at::ScalarType dtype, const char*
       r.bitwise = true;
       break;
     case ReduceOp::PREMUL_SUM: {
-      auto* supplement = dynamic_cast<c10d::PreMulSumSupplement*>(reduce.supplement_.get());
+      auto* supplement = dynamic_cast<PreMulSupplement*>(reduce.supplement_.get());
       if (supplement == nullptr || supplement->tensor_factor.defined())
         refuse(std::string("tutti backend: ") + what +
                ": ReduceOp.PREMUL_SUM is supported with a Python number as its factor only");
@@ -497,7 +513,7 @@ class TuttiBackend : public c10d::Backend {
     }
     at::Tensor packed = at::cat(rows, 1);  // [size, width]
     at::Tensor out = at::empty({width}, inputs[0].options());
-    auto work = reduceScatterInto(OpType::REDUCE_SCATTER_TENSOR_COALESCED,
+    auto work = reduceScatterInto(ReduceScatterCoalesced<OpType>::value,
                                   "reduce_scatter_tensor_coalesced", packed.view(-1), out,
                                   opts.reduceOp, opts.timeout, outputs);
     return work;
