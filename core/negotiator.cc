@@ -58,6 +58,25 @@ void Negotiator::dropHits(std::vector<Request>& out, Drop drop) {
   hits_.erase(hits_.begin() + static_cast<std::ptrdiff_t>(kept), hits_.end());
 }
 
+template <typename Drop>
+void Negotiator::demoteHits(std::vector<Request>& out, Drop drop) {
+  demoted_groups_.clear();
+  for (const auto& hit : hits_) {
+    const std::string& g = hit.request.group;
+    if (!g.empty() && drop(hit) &&
+        std::find(demoted_groups_.begin(), demoted_groups_.end(), g) == demoted_groups_.end())
+      demoted_groups_.push_back(g);
+  }
+  dropHits(out, [&](const CacheHit& h) {
+    const bool demoted =
+        drop(h) || (!h.request.group.empty() &&
+                    std::find(demoted_groups_.begin(), demoted_groups_.end(), h.request.group) !=
+                        demoted_groups_.end());
+    if (demoted) demoted_slots_.push_back(h.slot);
+    return demoted;
+  });
+}
+
 void Negotiator::useCache(bool on) {
   if (on == cache_on_) return;
   cache_on_ = on;
@@ -71,7 +90,8 @@ void Negotiator::contribute(std::vector<Request> fresh, std::string stall, Round
   misses_.swap(demoted_);
   stall_ = std::move(stall);
   const auto now = Clock::now();
-  dropHits(misses_, [&](const CacheHit& h) { return now - h.since > kHitPatience; });
+  demoted_slots_.clear();
+  demoteHits(misses_, [&](const CacheHit& h) { return now - h.since > kHitPatience; });
   hits_.reserve(hits_.size() + fresh.size());
   for (auto& q : fresh) {
     if (q.op == OpType::kJoin) joined_ = true;
@@ -89,6 +109,21 @@ void Negotiator::contribute(std::vector<Request> fresh, std::string stall, Round
     const int stale = cache_on_ ? cache_.slotOfName(q.name) : -1;
     if (stale >= 0) bits.clear(bits.valid(index, stale));
     misses_.push_back(std::move(q));
+  }
+  // A group runs from the cache only if all of it hit: with a miss, its hits go to full
+  // negotiation too (the same on every member: their caches and requests are the same).
+  demoted_groups_.clear();
+  for (const auto& q : misses_)
+    if (!q.group.empty() &&
+        std::find(demoted_groups_.begin(), demoted_groups_.end(), q.group) == demoted_groups_.end())
+      demoted_groups_.push_back(q.group);
+  if (!demoted_groups_.empty()) {
+    std::vector<std::string> groups;
+    groups.swap(demoted_groups_);
+    dropHits(misses_, [&](const CacheHit& h) {
+      return !h.request.group.empty() &&
+             std::find(groups.begin(), groups.end(), h.request.group) != groups.end();
+    });
   }
   if (!misses_.empty() || !stall_.empty()) bits.clear(bits.noNew(index));
   if (joined_) bits.clear(bits.noJoin(index));
@@ -110,9 +145,19 @@ Agreement Negotiator::agree(const RoundBits& bits, size_t index, ControlPlane& c
     bits.scan(
         index, [&](int slot) { ready.push_back(slot); },
         [&](int slot) {
-          dropHits(misses_, [slot](const CacheHit& h) { return h.slot == slot; });
+          demoteHits(misses_, [slot](const CacheHit& h) { return h.slot == slot; });
           cache_.erase(slot);
         });
+    // A ready slot whose hit went with its group's stale member negotiates in full on every
+    // member (the slot's group is the same everywhere).
+    if (!demoted_slots_.empty())
+      ready.erase(std::remove_if(ready.begin(), ready.end(),
+                                 [&](int slot) {
+                                   return std::find(demoted_slots_.begin(),
+                                                    demoted_slots_.end(),
+                                                    slot) != demoted_slots_.end();
+                                 }),
+                  ready.end());
     std::vector<Request> ignored;  // their entries run from the cached responses
     dropHits(ignored, [&](const CacheHit& h) {
       return std::binary_search(ready.begin(), ready.end(), h.slot);
@@ -173,7 +218,7 @@ Agreement Negotiator::agree(const RoundBits& bits, size_t index, ControlPlane& c
       if (!q) continue;
       const int replaced = cache_.put(*q, r);
       if (replaced >= 0)
-        dropHits(demoted_, [replaced](const CacheHit& h) { return h.slot == replaced; });
+        demoteHits(demoted_, [replaced](const CacheHit& h) { return h.slot == replaced; });
     }
   }
   for (const auto& r : out.responses) {

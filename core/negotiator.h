@@ -125,6 +125,11 @@ class Negotiator {
   // Moves the waiting hits for which `drop(hit)` holds into `out`.
   template <typename Drop>
   void dropHits(std::vector<Request>& out, Drop drop);
+  // dropHits() for hits that go to full negotiation: with each one, the other waiting hits
+  // of its group (the coordinator holds a group back until all its tensors arrive). The
+  // slots of the hits demoted go to demoted_slots_ as well.
+  template <typename Drop>
+  void demoteHits(std::vector<Request>& out, Drop drop);
   void negotiate(ControlPlane& control, Deadline deadline, Timeline* tl,
                  std::vector<Response>* responses);
   void markMissing(const std::vector<Request>& arrived, Clock::time_point now, Timeline* tl);
@@ -144,6 +149,8 @@ class Negotiator {
   std::vector<Request> demoted_;   // to negotiate in full next round
   std::vector<Request> misses_;    // this round's, from contribute() to agree()
   std::string stall_;              // this round's, from contribute() to agree()
+  std::vector<std::string> demoted_groups_;  // demoteHits()' scratch
+  std::vector<int> demoted_slots_;           // demoteHits()' slots, read by agree()
 };
 
 }  // namespace tutti

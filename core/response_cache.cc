@@ -5,8 +5,8 @@
 namespace tutti {
 
 bool ResponseCache::cacheable(const Request& q) {
-  return q.group.empty() && (q.op == OpType::kAllreduce || q.op == OpType::kBroadcast ||
-                             q.op == OpType::kReducescatter);
+  return q.op == OpType::kAllreduce || q.op == OpType::kBroadcast ||
+         q.op == OpType::kReducescatter;
 }
 
 // Only the fields the coordinator checks for this op: a field it ignores (allreduce's root)
@@ -14,7 +14,7 @@ bool ResponseCache::cacheable(const Request& q) {
 void ResponseCache::key(const Request& q, std::string* out) {
   std::string& k = *out;
   k.clear();
-  k.reserve(q.name.size() + 32 + q.shape.size() * sizeof(int64_t));
+  k.reserve(q.name.size() + q.group.size() + 40 + q.shape.size() * sizeof(int64_t));
   auto put = [&k](const void* p, size_t n) { k.append(static_cast<const char*>(p), n); };
   uint8_t kinds[3] = {static_cast<uint8_t>(q.op), static_cast<uint8_t>(q.dtype),
                       static_cast<uint8_t>(q.device)};
@@ -30,6 +30,13 @@ void ResponseCache::key(const Request& q, std::string* out) {
   uint32_t ndim = static_cast<uint32_t>(q.shape.size());
   put(&ndim, sizeof ndim);
   if (ndim) put(q.shape.data(), ndim * sizeof(int64_t));
+  // A grouped op's group (its key names the group's first tensor and its size): the same
+  // tensor in another group, or outside any, is another signature.
+  const int32_t group_size = q.group.empty() ? 0 : q.group_size;
+  put(&group_size, sizeof group_size);
+  const uint32_t group_chars = static_cast<uint32_t>(q.group.size());
+  put(&group_chars, sizeof group_chars);
+  k += q.group;
   k += q.name;
 }
 

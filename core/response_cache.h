@@ -20,8 +20,9 @@ class ResponseCache {
   explicit ResponseCache(int64_t capacity) : slots_(static_cast<size_t>(capacity)) {}
   int64_t capacity() const { return static_cast<int64_t>(slots_.size()); }
 
-  // Allreduce, broadcast and reducescatter outside groups: ops whose response follows from
-  // one rank's request once the ranks are known to agree.
+  // Allreduce, broadcast and reducescatter, grouped or not: ops whose response follows from
+  // one rank's request once the ranks are known to agree. A group's tensors hit or miss
+  // together (the Negotiator sends the whole group to full negotiation when one misses).
   static bool cacheable(const Request& q);
   // The slot holding a response for exactly this request, or -1.
   int lookup(const Request& q) const;

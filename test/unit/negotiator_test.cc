@@ -161,6 +161,63 @@ TEST_CASE("negotiator: a changed shape invalidates the slot on every member and 
   }
 }
 
+// The tensors of one grouped allreduce: the group's key names its first tensor and size.
+std::vector<Request> group(const std::vector<std::string>& names,
+                           const std::vector<std::vector<int64_t>>& shapes = {}) {
+  std::vector<Request> qs;
+  for (size_t i = 0; i < names.size(); ++i) {
+    Request q = req(names[i], i < shapes.size() ? shapes[i] : std::vector<int64_t>{4});
+    q.group = names[0] + "/" + std::to_string(names.size());
+    q.group_size = static_cast<int32_t>(names.size());
+    qs.push_back(std::move(q));
+  }
+  return qs;
+}
+
+TEST_CASE("negotiator: a grouped allreduce repeats from the cache, whole") {
+  for (int n : {1, 2, 3}) {
+    CAPTURE(n);
+    runMembers(n, [](Member& m, Failures& f) {
+      expect(f, m, m.round(group({"a", "b", "c"})), "0 cached: allreduce a allreduce b allreduce c",
+             "first round");
+      auto again = m.round(group({"a", "b", "c"}));
+      expect(f, m, again, "3 cached: allreduce a allreduce b allreduce c", "repeat");
+      if (again.negotiation != Clock::duration::zero())
+        f.add("rank " + std::to_string(m.rank) + ": a round of cached groups gathered");
+      // The same tensor outside the group is another signature: negotiated in full.
+      expect(f, m, m.round({req("a")}), "0 cached: allreduce a", "a alone");
+    });
+  }
+}
+
+TEST_CASE("negotiator: a group of which some tensors hit and some miss is negotiated whole") {
+  // The demoted hits follow the misses into the gather: either order is rank 0's to pick.
+  auto either = [](Failures& f, const Member& m, const Agreement& a, const std::string& x,
+                   const std::string& y, const char* step) {
+    const std::string got = describe(a);
+    if (got != "0 cached: " + x + " " + y && got != "0 cached: " + y + " " + x)
+      f.add("rank " + std::to_string(m.rank) + ", " + step + ": got '" + got + "'");
+  };
+  for (int n : {2, 3}) {
+    CAPTURE(n);
+    runMembers(n, [&](Member& m, Failures& f) {
+      m.round(group({"a", "b"}));
+      // The same key ("a/2"), a new second tensor: a hits, c misses; a goes with c (the
+      // coordinator would wait for the group's a forever otherwise).
+      either(f, m, m.round(group({"a", "c"})), "allreduce a", "allreduce c", "a hit and a miss");
+      // One rank changes b's shape: its b misses (the slot goes stale everywhere), every
+      // member negotiates the whole group: b fails on every rank, a (agreed) runs.
+      m.round(group({"a", "b"}));
+      auto changed = m.round(group({"a", "b"}, {{4}, m.rank == 1 ? std::vector<int64_t>{5}
+                                                                 : std::vector<int64_t>{4}}));
+      either(f, m, changed, "allreduce a", "allreduce! b", "the changed group");
+      either(f, m, m.round(group({"a", "b"})), "allreduce a", "allreduce b", "after the mismatch");
+      expect(f, m, m.round(group({"a", "b"})), "2 cached: allreduce a allreduce b",
+             "cached again");
+    });
+  }
+}
+
 TEST_CASE("negotiator: while a rank has joined, hits are negotiated in full; join is answered "
           "once every member joined") {
   runMembers(3, [](Member& m, Failures& f) {
