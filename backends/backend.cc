@@ -66,4 +66,10 @@ void Backend::reducescatterScaled(const void*, void*, const std::vector<int64_t>
   noScaling(*this, "reducescatter");
 }
 
+void Backend::allreducePieces(const std::vector<AllreducePiece>&, int64_t, DataType, ReduceOp,
+                              Deadline) {
+  throwError(StatusCode::kInternal,
+             std::string(name()) + " backend: no fused allreduce from pieces (allreducesPieces)");
+}
+
 }  // namespace tutti

@@ -57,6 +57,17 @@ struct ReduceScaling {
   bool trivial() const { return prescale == 1.0 && postscale == 1.0 && divisor == 1; }
 };
 
+// One tensor of a fused allreduce (Backend::allreducePieces): `count` elements read from
+// `in` (nullptr: zeros, the share of a rank that joined) and written to `out` (nullptr: the
+// result is dropped). The pieces lie side by side in the reduction, in order; an input is
+// read before any output of the same elements is written, so in == out is fine, and no
+// output overlaps another piece's input or output.
+struct AllreducePiece {
+  const void* in = nullptr;
+  void* out = nullptr;
+  int64_t count = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -101,6 +112,14 @@ class Backend {
   virtual void reducescatterScaled(const void* in, void* out, const std::vector<int64_t>& counts,
                                    DataType dtype, ReduceOp op, const ReduceScaling& scaling,
                                    Deadline deadline);
+
+  // A fused allreduce of host memory straight from the tensors into the tensors, without a
+  // fusion buffer, where allreducesPieces() says the backend has one (the shared-memory
+  // backend copies each piece into its segment and out of it once). `total` is the sum of
+  // the pieces' counts. op is never kAverage; the caller scales. The default throws.
+  virtual bool allreducesPieces() const { return false; }
+  virtual void allreducePieces(const std::vector<AllreducePiece>& pieces, int64_t total,
+                               DataType dtype, ReduceOp op, Deadline deadline);
 
   // A switch this backend has: 1 on, 0 off; -1 when it has no such switch.
   virtual int switchState(BackendSwitch /*which*/) const { return -1; }

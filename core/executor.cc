@@ -2,6 +2,7 @@
 
 #include "base/reduce.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cstdlib>
 #include <cstring>
@@ -245,6 +246,22 @@ void Executor::allreduce(const Response& r, ProcessSet& set, Backend& b,
     throwError(StatusCode::kInternal, "allreduce '" + r.names[0] + "': CUDA tensors are never fused");
   int64_t total = 0;
   for (int64_t c : r.counts) total += c;
+  if (entries.size() > 1) stats_.addFusedBatch(static_cast<int64_t>(entries.size()), total * esize);
+  if (r.prescale == 1.0 && b.allreducesPieces() && piecesFor(r, entries)) {
+    callBackend(b, static_cast<int64_t>(entries.size()), total * esize,
+                [&] { b.allreducePieces(pieces_, total, dtype, op, deadline); });
+    if (divisor != 1 || post != 1.0)
+      timed(StatTime::kUnpack, "UNPACK", [&] {
+        for (size_t i = 0; i < entries.size(); ++i) {
+          if (!entries[i]) continue;
+          divideInto(entries[i]->output, r.counts[i], dtype, divisor);
+          scaleInto(entries[i]->output, entries[i]->output, r.counts[i], dtype, post);
+        }
+      });
+    for (auto& e : entries)
+      if (e) complete(*e);
+    return;
+  }
   char* buf = static_cast<char*>(fusion_.reserve(static_cast<size_t>(total * esize)));
   timed(StatTime::kPack, "PACK", [&] {
     int64_t offset = 0;
@@ -257,7 +274,6 @@ void Executor::allreduce(const Response& r, ProcessSet& set, Backend& b,
       offset += r.counts[i];
     }
   });
-  if (entries.size() > 1) stats_.addFusedBatch(static_cast<int64_t>(entries.size()), total * esize);
   callBackend(b, static_cast<int64_t>(entries.size()), total * esize,
               [&] { b.allreduce(buf, buf, total, dtype, op, deadline); });
   timed(StatTime::kUnpack, "UNPACK", [&] {
@@ -272,6 +288,39 @@ void Executor::allreduce(const Response& r, ProcessSet& set, Backend& b,
   });
   for (auto& e : entries)
     if (e) complete(*e);
+}
+
+bool Executor::piecesFor(const Response& r,
+                         const std::vector<std::optional<TensorEntry>>& entries) {
+  const int64_t esize = dataTypeSize(r.dtype);
+  pieces_.resize(entries.size());
+  spans_.clear();
+  for (size_t i = 0; i < entries.size(); ++i) {
+    AllreducePiece& p = pieces_[i];
+    p = AllreducePiece{nullptr, nullptr, r.counts[i]};
+    if (!entries[i] || r.counts[i] == 0) continue;
+    p.in = entries[i]->input;
+    p.out = entries[i]->output;
+    const auto bytes = static_cast<uintptr_t>(r.counts[i] * esize);
+    const auto in = reinterpret_cast<uintptr_t>(p.in), out = reinterpret_cast<uintptr_t>(p.out);
+    if (in == out) {
+      spans_.push_back({out, out + bytes, i, true});
+    } else {
+      spans_.push_back({in, in + bytes, i, false});
+      spans_.push_back({out, out + bytes, i, true});
+    }
+  }
+  // Sorted by start, a span that overlaps any earlier one overlaps the one reaching furthest;
+  // a conflict is an overlap in which something is written (reads may share memory).
+  std::sort(spans_.begin(), spans_.end(),
+            [](const Span& a, const Span& b) { return a.begin < b.begin; });
+  const Span* furthest = nullptr;
+  for (const Span& s : spans_) {
+    if (furthest != nullptr && s.begin < furthest->end && (s.written || furthest->written))
+      return false;
+    if (furthest == nullptr || s.end > furthest->end) furthest = &s;
+  }
+  return true;
 }
 
 void Executor::allgather(const Response& r, ProcessSet& set, Backend& b, TensorEntry& e) {

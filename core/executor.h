@@ -38,6 +38,10 @@ class Executor {
   Backend* pick(ProcessSet& set, OpType op, DataType dtype, DeviceType device) const;
   void allreduce(const Response& r, ProcessSet& set, Backend& b,
                  std::vector<std::optional<TensorEntry>>& entries);
+  // Fills pieces_ with the entries of a fused allreduce (a joined rank's share has no input
+  // or output). False where a tensor's output overlaps another tensor's input or output, or
+  // its own input other than exactly (in place): then the fusion buffer is used.
+  bool piecesFor(const Response& r, const std::vector<std::optional<TensorEntry>>& entries);
   void allgather(const Response& r, ProcessSet& set, Backend& b, TensorEntry& e);
   void alltoall(const Response& r, ProcessSet& set, Backend& b, TensorEntry& e);
   void reducescatter(const Response& r, ProcessSet& set, Backend& b, TensorEntry& e);
@@ -62,6 +66,13 @@ class Executor {
   int set_id_ = 0;                     // during run()
   HandleTable* handles_ = nullptr;     // during run(): whose waiters to wake at its end
   FusionBuffer fusion_;
+  std::vector<AllreducePiece> pieces_;  // piecesFor's; kept to save the allocation
+  struct Span {
+    uintptr_t begin, end;
+    size_t piece;
+    bool written;
+  };
+  std::vector<Span> spans_;  // piecesFor's scratch
   std::vector<std::optional<TensorEntry>> batch_;  // execute()'s entries; empty between ops
 };
 

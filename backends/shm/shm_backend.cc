@@ -6,6 +6,8 @@
 //     2. member r reduces slice r of the chunk over all slots (in member order) into its
 //     output and copies the result back into slice r of its own slot; round; 3. each member
 //     copies the other members' reduced slices into its output. Every member reduces 1/n.
+//     A fused allreduce (allreducePieces) runs the same on its tensors seen as one array:
+//     they are copied into the slot and out of the slots one by one, with no fusion buffer.
 //   allgatherv: each member copies its block's piece into its slot; round; all copy.
 //   broadcast: the root copies a piece into its slot; round; the others copy it out.
 //     Sizes the options hand to the next backend (over MPI) go there instead.
@@ -56,6 +58,69 @@ Piece piece(int64_t count, int64_t e, int64_t per) {
 }
 int64_t epochsFor(int64_t max_count, int64_t per) { return (max_count + per - 1) / per; }
 
+// The pieces of a fused allreduce seen as one array of `total` elements: ranges of it are
+// gathered from the inputs, scattered to the outputs, or visited piece by piece.
+class Pieces {
+ public:
+  // `starts` is the caller's persistent vector, refilled with each piece's first element.
+  Pieces(const std::vector<AllreducePiece>& pieces, int64_t esz, int64_t total,
+         std::vector<int64_t>& starts, const std::string& what)
+      : pieces_(pieces), starts_(starts), esz_(esz) {
+    starts_.resize(pieces.size() + 1);
+    int64_t sum = 0;
+    for (size_t k = 0; k < pieces.size(); ++k) {
+      if (pieces[k].count < 0)
+        throwError(StatusCode::kInvalidArgument, what + ": piece " + std::to_string(k) +
+                                                     " has count " +
+                                                     std::to_string(pieces[k].count));
+      starts_[k] = sum;
+      sum += pieces[k].count;
+    }
+    starts_[pieces.size()] = sum;
+    if (sum != total)
+      throwError(StatusCode::kInternal, what + ": the pieces hold " + std::to_string(sum) +
+                                            " elements, expected " + std::to_string(total));
+  }
+  // f(piece, first element in the piece, position in the array, count) for each piece's part
+  // of [first, first + count), in order.
+  template <class F>
+  void forEach(int64_t first, int64_t count, F&& f) const {
+    size_t k = static_cast<size_t>(
+        std::upper_bound(starts_.begin(), starts_.end() - 1, first) - starts_.begin() - 1);
+    while (count > 0 && k < pieces_.size()) {
+      const int64_t in_piece = first - starts_[k];
+      const int64_t c = std::min(count, pieces_[k].count - in_piece);
+      if (c > 0) {
+        f(pieces_[k], in_piece, first, c);
+        first += c;
+        count -= c;
+      }
+      ++k;
+    }
+  }
+  // dst <- elements [first, first + count) (a piece without input gives zeros).
+  void gather(uint8_t* dst, int64_t first, int64_t count) const {
+    forEach(first, count, [&](const AllreducePiece& p, int64_t in_piece, int64_t pos, int64_t c) {
+      uint8_t* to = dst + (pos - first) * esz_;
+      if (p.in == nullptr)
+        std::memset(to, 0, static_cast<size_t>(c * esz_));
+      else
+        copy(to, at(p.in, in_piece, esz_), c * esz_);
+    });
+  }
+  // Elements [first, first + count) <- src (dropped where a piece has no output).
+  void scatter(const uint8_t* src, int64_t first, int64_t count) const {
+    forEach(first, count, [&](const AllreducePiece& p, int64_t in_piece, int64_t pos, int64_t c) {
+      if (p.out != nullptr) copy(at(p.out, in_piece, esz_), src + (pos - first) * esz_, c * esz_);
+    });
+  }
+
+ private:
+  const std::vector<AllreducePiece>& pieces_;
+  std::vector<int64_t>& starts_;
+  const int64_t esz_;
+};
+
 class ShmBackend : public Backend {
  public:
   ShmBackend(std::unique_ptr<ShmSegment> seg, const detail::ShmOptions& options)
@@ -88,37 +153,66 @@ class ShmBackend : public Backend {
 
   void allreduce(const void* in, void* out, int64_t n, DataType dtype, ReduceOp op,
                  Deadline deadline) override {
+    one_[0] = AllreducePiece{in, out, n};
+    allreducePieces(one_, n, dtype, op, deadline);
+  }
+
+  bool allreducesPieces() const override { return true; }
+  // The pieces are one array of `total` elements (Pieces): each member copies them into its
+  // slot and the result out of the slots once, without a fusion buffer in between.
+  void allreducePieces(const std::vector<AllreducePiece>& pieces, int64_t total, DataType dtype,
+                       ReduceOp op, Deadline deadline) override {
     std::string what = begin("allreduce");
-    checkCount(n, what);
+    checkCount(total, what);
     const int64_t esz = dataTypeSize(dtype), size = seg_->size(), me = seg_->rank();
-    if (size == 1 || n == 0) return copy(out, in, n * esz);
-    if (n * esz <= std::min(kSmallBytes, seg_->bufferBytes())) {
+    Pieces all(pieces, esz, total, starts_, what);
+    if (total == 0) return;
+    if (size == 1) {
+      all.forEach(0, total, [&](const AllreducePiece& p, int64_t in_piece, int64_t, int64_t c) {
+        if (p.out == nullptr) return;
+        if (p.in == nullptr) return std::memset(at(p.out, in_piece, esz), 0, c * esz), void();
+        copy(at(p.out, in_piece, esz), at(p.in, in_piece, esz), c * esz);
+      });
+      return;
+    }
+    if (total * esz <= std::min(kSmallBytes, seg_->bufferBytes())) {
       seg_->beginEpoch();
-      copy(seg_->mine(), in, n * esz);
+      all.gather(seg_->mine(), 0, total);
       seg_->round(deadline, what);
-      for (int j = 0; j < size; ++j) ptrs_[j] = seg_->slot(j);
-      return reduceMany(out, ptrs_.data(), static_cast<int>(size), n, dtype, op);
+      all.forEach(0, total, [&](const AllreducePiece& p, int64_t in_piece, int64_t pos, int64_t c) {
+        if (p.out == nullptr) return;
+        for (int j = 0; j < size; ++j) ptrs_[j] = seg_->slot(j) + pos * esz;
+        reduceMany(at(p.out, in_piece, esz), ptrs_.data(), static_cast<int>(size), c, dtype, op);
+      });
+      return;
     }
     const int64_t chunk = seg_->bufferBytes() / esz;
     const int64_t align = std::max<int64_t>(1, 64 / esz);
-    for (int64_t off = 0; off < n; off += chunk) {
-      const int64_t m = std::min(chunk, n - off);
+    for (int64_t off = 0; off < total; off += chunk) {
+      const int64_t m = std::min(chunk, total - off);
       const int64_t per = ((m + size - 1) / size + align - 1) / align * align;
       seg_->beginEpoch();
-      copy(seg_->mine(), at(in, off, esz), m * esz);
+      all.gather(seg_->mine(), off, m);
       seg_->round(deadline, what);
+      // This member's slice, reduced in member order into the outputs (or, for a piece
+      // without one, a scratch buffer) and copied back into its slot for the others.
       Piece mine = piece(m, me, per);
       if (mine.count > 0) {
-        for (int j = 0; j < size; ++j) ptrs_[j] = seg_->slot(j) + mine.first * esz;
-        uint8_t* dst = at(out, off + mine.first, esz);
-        reduceMany(dst, ptrs_.data(), static_cast<int>(size), mine.count, dtype, op);
-        copy(seg_->mine() + mine.first * esz, dst, mine.count * esz);
+        all.forEach(off + mine.first, mine.count,
+                    [&](const AllreducePiece& p, int64_t in_piece, int64_t pos, int64_t c) {
+                      const int64_t in_slot = pos - off;
+                      for (int j = 0; j < size; ++j) ptrs_[j] = seg_->slot(j) + in_slot * esz;
+                      uint8_t* dst = p.out != nullptr ? at(p.out, in_piece, esz)
+                                                      : scratch(c * esz);
+                      reduceMany(dst, ptrs_.data(), static_cast<int>(size), c, dtype, op);
+                      copy(seg_->mine() + in_slot * esz, dst, c * esz);
+                    });
       }
       seg_->round(deadline, what);
       for (int j = 0; j < size; ++j) {
         Piece p = piece(m, j, per);
         if (j != me && p.count > 0)
-          copy(at(out, off + p.first, esz), seg_->slot(j) + p.first * esz, p.count * esz);
+          all.scatter(seg_->slot(j) + p.first * esz, off + p.first, p.count);
       }
     }
   }
@@ -274,6 +368,11 @@ class ShmBackend : public Backend {
   int64_t regionBytes(int64_t regions) const {
     return seg_->bufferBytes() / regions / 64 * 64;
   }
+  // Persistent room for `bytes` bytes of a reduction whose result is dropped.
+  uint8_t* scratch(int64_t bytes) {
+    if (static_cast<int64_t>(scratch_.size()) < bytes) scratch_.resize(bytes);
+    return scratch_.data();
+  }
   // A persistent copy of an input that aliases the output.
   const void* stage(const void* in, int64_t bytes) {
     if (static_cast<int64_t>(staging_.size()) < bytes) staging_.resize(bytes);
@@ -285,6 +384,9 @@ class ShmBackend : public Backend {
   std::vector<const void*> ptrs_;
   std::vector<int64_t> offsets_;
   std::vector<uint8_t> staging_;
+  std::vector<uint8_t> scratch_;
+  std::vector<AllreducePiece> one_ = std::vector<AllreducePiece>(1);
+  std::vector<int64_t> starts_;
   const detail::ShmOptions options_;
 };
 

@@ -100,6 +100,61 @@ TEST_CASE("shm: a member that does not arrive fails the others at the deadline, 
                             Catch::Contains("waiting for world rank 2"));
 }
 
+TEST_CASE("shm fused allreduce from pieces: in place, out of place, zeros, dropped, empty, chunked") {
+  // Piece k has counts[k] floats; on every rank its input is distinct per element and rank.
+  // Piece 1 has no input on rank 0 (a joined rank's zeros), piece 3 no output on rank 1,
+  // piece 2 is empty, even pieces are reduced in place. Totals below 16 KiB take the
+  // one-round path, the others cross the 64 KiB buffers' chunks mid-piece.
+  for (int n : {2, 3, 4}) {  // one member has no shm backend
+    for (std::vector<int64_t> counts : {std::vector<int64_t>{1, 7, 0, 1000, 33},
+                                        std::vector<int64_t>{5000, 16384, 0, 3, 20001, 1}}) {
+      Failures failures;
+      const size_t np = counts.size();
+      runRanks(n, failures, [&](int rank, Backend& backend) {
+        if (!backend.allreducesPieces()) return failures.add("shm says it has no pieces");
+        auto value = [&](int r, size_t k, int64_t i) {
+          return static_cast<float>((r + 1) * 1000 + static_cast<int64_t>(k) * 100 + i % 97);
+        };
+        std::vector<std::vector<float>> in(np), out(np);
+        std::vector<AllreducePiece> pieces(np);
+        int64_t total = 0;
+        for (size_t k = 0; k < np; ++k) {
+          in[k].resize(static_cast<size_t>(counts[k]));
+          out[k].assign(static_cast<size_t>(counts[k]), -1.0f);
+          for (int64_t i = 0; i < counts[k]; ++i) in[k][i] = value(rank, k, i);
+          pieces[k] = {in[k].data(), k % 2 == 0 ? in[k].data() : out[k].data(), counts[k]};
+          if (k == 1 && rank == 0) pieces[k].in = nullptr;
+          if (k == 3 && rank == 1) pieces[k].out = nullptr;
+          total += counts[k];
+        }
+        backend.allreducePieces(pieces, total, DataType::kFloat32, ReduceOp::kSum,
+                                deadlineAfter(30));
+        for (size_t k = 0; k < np; ++k) {
+          if (pieces[k].out == nullptr) {
+            for (float v : out[k])
+              if (v != -1.0f) return failures.add("a dropped piece's memory was written");
+            continue;
+          }
+          const float* got = static_cast<const float*>(pieces[k].out);
+          for (int64_t i = 0; i < counts[k]; ++i) {
+            float want = 0;
+            for (int r = 0; r < n; ++r)
+              if (!(k == 1 && r == 0)) want += value(r, k, i);
+            if (got[i] != want)
+              return failures.add("rank " + std::to_string(rank) + " piece " +
+                                  std::to_string(k) + " element " + std::to_string(i) + ": " +
+                                  std::to_string(got[i]) + ", expected " +
+                                  std::to_string(want));
+          }
+        }
+      });
+      INFO("world size " << n << ", " << counts.size() << " pieces, second set: "
+                         << (counts.size() == 6));
+      REQUIRE(failures.summary() == "0 failure(s)");
+    }
+  }
+}
+
 TEST_CASE("shm abort poisons the segment: every member fails fast with the reason") {
   Failures failures;
   std::vector<std::string> errors(4);
