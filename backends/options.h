@@ -77,7 +77,7 @@ struct BackendOptions {
   std::shared_ptr<KeyValueStore> store;  // tutti_init_with_store's (launcher "caller's store")
   // Shared memory and hierarchical collectives (the registry's composition).
   bool shm = true;                       // TUTTI_SHM
-  int64_t shm_buffer_bytes = 1ll << 20;  // TUTTI_SHM_BUFFER_BYTES: per member and buffer
+  int64_t shm_buffer_bytes = 0;  // TUTTI_SHM_BUFFER_BYTES: per member and buffer; 0: auto
   bool hierarchical_allreduce = true;    // TUTTI_HIERARCHICAL_ALLREDUCE
   bool hierarchical_allgather = true;    // TUTTI_HIERARCHICAL_ALLGATHER
 };

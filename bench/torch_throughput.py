@@ -13,7 +13,11 @@ the figures are medians over the timed iterations.
 
 Models: `resnet`, a ResNet-like CNN (basic residual blocks, batch norm) on 3x32x32 images;
 `mlp`, many small fully connected layers (many small gradients: what fusion is for);
-`transformer`, a 6-layer transformer encoder, d=256 (76 tensors, 4.8M parameters).
+`transformer`, a 6-layer transformer encoder, d=256 (76 tensors, 4.8M parameters);
+`wide`, four 2048x2048 linear layers (8 tensors, 64 MiB of float32 gradients: bandwidth-bound).
+The framework `local` trains the same model with no communication at all (plain SGD on each
+rank's own batch): its step time is the compute, and each framework's step time minus it is
+that framework's communication overhead (the `comm ms` column).
 DDP's process group is set up by the script (rank 0 picks a free port and tells the others
 through Tutti), so the job needs nothing but the launcher. The exit status is non-zero if
 the ranks' parameters differ at the end of a run, for either framework.
@@ -36,9 +40,11 @@ import tutti.torch as hvd
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", choices=["resnet", "mlp", "transformer", "all"], default="all")
-    p.add_argument("--frameworks", default="tutti,ddp",
-                   help="comma-separated, from: tutti, ddp (default both, alternating)")
+    p.add_argument("--model", choices=["resnet", "mlp", "transformer", "wide", "all"],
+                   default="all", help="all: resnet, mlp, transformer (wide only by name)")
+    p.add_argument("--frameworks", default="tutti,ddp,local",
+                   help="comma-separated, from: tutti, ddp, local (no communication: the "
+                        "compute alone); default all three, taking turns")
     p.add_argument("--batch-size", type=int, default=0,
                    help="per rank (default: 32 for resnet, 64 for mlp, 16 for transformer)")
     p.add_argument("--num-warmup-batches", type=int, default=3)
@@ -52,8 +58,8 @@ def parse_args(argv=None):
     args = p.parse_args(argv)
     args.frameworks = [f for f in args.frameworks.split(",") if f]
     for f in args.frameworks:
-        if f not in ("tutti", "ddp"):
-            p.error("--frameworks: unknown framework %r (expected tutti, ddp)" % f)
+        if f not in ("tutti", "ddp", "local"):
+            p.error("--frameworks: unknown framework %r (expected tutti, ddp, local)" % f)
     return args
 
 
@@ -130,6 +136,10 @@ def make_model(name, args):
         return ResNetLike()
     if name == "transformer":
         return Transformer()
+    if name == "wide":
+        return nn.Sequential(nn.Linear(128, 2048, bias=False), nn.ReLU(),
+                             *[m for _ in range(3) for m in (nn.Linear(2048, 2048), nn.ReLU())],
+                             nn.Linear(2048, 10))
     return DeepMLP(args.mlp_layers, args.mlp_width)
 
 
@@ -167,6 +177,9 @@ class Trainer:
             self.opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters())
             hvd.broadcast_parameters(model.state_dict(), root_rank=0)
             self.model = model
+        elif framework == "local":
+            self.opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
+            self.model = model
         else:
             self.model = nn.parallel.DistributedDataParallel(model)
             self.opt = torch.optim.SGD(self.model.parameters(), lr=lr, momentum=0.9)
@@ -193,45 +206,62 @@ class Trainer:
 
 
 def run_model(model_name, args):
-    batch = args.batch_size or {"resnet": 32, "transformer": 16}.get(model_name, 64)
+    batch = args.batch_size or {"resnet": 32, "transformer": 16, "wide": 16}.get(model_name, 64)
     data, target = make_batch(model_name, batch, hvd.rank())
     trainers = [Trainer(f, model_name, args) for f in args.frameworks]
     for t in trainers:
         for _ in range(args.num_warmup_batches):
             t.step(data, target)
     rates = {t.framework: [] for t in trainers}
+    steps = {t.framework: [] for t in trainers}
     for _ in range(args.num_iters):
         for t in trainers:  # alternate, so that load changes hit every framework alike
             seconds = t.timed_iter(data, target, args.num_batches_per_iter)
             rates[t.framework].append(batch * args.num_batches_per_iter / seconds)
+            steps[t.framework].append(seconds / args.num_batches_per_iter)
     results = []
     for t in trainers:
         per_rank = statistics.median(rates[t.framework])
         all_ranks = hvd.allgather_object(per_rank, name="bench.rates.%s.%s" %
                                          (model_name, t.framework))
+        step_ms = hvd.allgather_object(statistics.median(steps[t.framework]) * 1e3,
+                                       name="bench.steps.%s.%s" % (model_name, t.framework))
         results.append({
             "model": model_name, "framework": t.framework, "ranks": hvd.size(),
+            "step_ms": max(step_ms),  # the slowest rank's median step sets the pace
             "batch_per_rank": batch, "parameters": t.numel, "tensors": t.tensors,
             "samples_per_sec_per_rank": all_ranks,
             "samples_per_sec_total": sum(all_ranks),
             "iters": args.num_iters, "batches_per_iter": args.num_batches_per_iter,
-            "identical": t.identical_across_ranks(),
+            # local trains each rank on its own data: its parameters differ by design
+            "identical": t.framework == "local" or t.identical_across_ranks(),
         })
     return results
 
 
 def print_table(results):
-    print("# %-11s %-6s %5s %6s %9s %8s %16s %14s %7s" % (
+    # vs ddp: throughput over DDP's (> 1: faster); step/ddp: step time over DDP's (< 1:
+    # faster); comm ms: step time minus the compute-only (local) step; comm/ddp: over DDP's.
+    print("# %-11s %-6s %5s %6s %9s %8s %16s %14s %7s %9s %8s %8s %8s" % (
         "model", "frame", "ranks", "batch", "params", "tensors", "samples/s/rank",
-        "samples/s", "vs ddp"))
-    ddp = {r["model"]: r["samples_per_sec_total"] for r in results if r["framework"] == "ddp"}
+        "samples/s", "vs ddp", "step ms", "step/ddp", "comm ms", "comm/ddp"))
+    by = {(r["model"], r["framework"]): r for r in results}
     for r in results:
-        ratio = ("%.3f" % (r["samples_per_sec_total"] / ddp[r["model"]])
-                 if r["model"] in ddp else "-")
-        print("  %-11s %-6s %5d %6d %9d %8d %16.1f %14.1f %7s" % (
+        ddp, local = by.get((r["model"], "ddp")), by.get((r["model"], "local"))
+        ratio = "%.3f" % (r["samples_per_sec_total"] / ddp["samples_per_sec_total"]) if ddp else "-"
+        step_ratio = "%.3f" % (r["step_ms"] / ddp["step_ms"]) if ddp else "-"
+        comm = comm_ratio = "-"
+        if local and r["framework"] != "local":
+            comm_ms = r["step_ms"] - local["step_ms"]
+            r["comm_ms"] = comm_ms
+            comm = "%.2f" % comm_ms
+            if ddp:
+                ddp_comm = ddp["step_ms"] - local["step_ms"]
+                comm_ratio = "%.3f" % (comm_ms / ddp_comm) if ddp_comm > 0 else "-"
+        print("  %-11s %-6s %5d %6d %9d %8d %16.1f %14.1f %7s %9.2f %8s %8s %8s" % (
             r["model"], r["framework"], r["ranks"], r["batch_per_rank"], r["parameters"],
             r["tensors"], statistics.median(r["samples_per_sec_per_rank"]),
-            r["samples_per_sec_total"], ratio))
+            r["samples_per_sec_total"], ratio, r["step_ms"], step_ratio, comm, comm_ratio))
 
 
 def main(argv=None):

@@ -120,11 +120,14 @@ const std::vector<ConfigVar>& configTable() {
        "the transport (mpi or gloo).",
        [](const std::string& v, Config& c) { c.shm = parseBool("TUTTI_SHM", v); },
        AcrossRanks::kAnyOff},
-      {"TUTTI_SHM_BUFFER_BYTES", "bytes", "1048576", "[65536, 2^30]",
+      {"TUTTI_SHM_BUFFER_BYTES", "bytes", "auto", "auto, [65536, 2^30]",
        "Bytes of each shm buffer per member and process set (each set maps 2 x members x "
-       "this in /dev/shm); collectives larger than this move in chunks of it.",
+       "this in /dev/shm); collectives larger than this move in chunks of it. auto: 4 MiB up "
+       "to 8 members, then 32 MiB / members (at least 1 MiB), halved while /dev/shm has no "
+       "room for it (down to 64 KiB).",
        [](const std::string& v, Config& c) {
-         c.shm_buffer_bytes = parseInt("TUTTI_SHM_BUFFER_BYTES", v, 65536, int64_t(1) << 30);
+         c.shm_buffer_bytes =
+             v == "auto" ? 0 : parseInt("TUTTI_SHM_BUFFER_BYTES", v, 65536, int64_t(1) << 30);
        }, AcrossRanks::kAnyOff},
       {"TUTTI_HIERARCHICAL_ALLREDUCE", "bool", "1", "0, 1",
        "Allreduce of process sets that span hosts with the same number (> 1) of members on "

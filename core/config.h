@@ -50,7 +50,7 @@ struct Config {
   int rendezvous_port = 0;
   std::string secret;       // job secret (TUTTI_SECRET or read from TUTTI_SECRET_FILE)
   bool shm = true;                        // shm backend for sets on one host (TUTTI_SHM)
-  int64_t shm_buffer_bytes = 1ll << 20;   // per member and buffer (TUTTI_SHM_BUFFER_BYTES)
+  int64_t shm_buffer_bytes = 0;  // per member and buffer (TUTTI_SHM_BUFFER_BYTES); 0: auto
   bool hierarchical_allreduce = true;     // sets across hosts (TUTTI_HIERARCHICAL_ALLREDUCE)
   bool hierarchical_allgather = true;     // sets across hosts (TUTTI_HIERARCHICAL_ALLGATHER)
   Topology topology;

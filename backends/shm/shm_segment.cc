@@ -1,6 +1,7 @@
 #include "backends/shm/shm_segment.h"
 
 #include "base/host_identity.h"
+#include "base/logging.h"
 
 #include <fcntl.h>
 #include <sched.h>
@@ -165,6 +166,7 @@ std::string errnoText(const std::string& call, const std::string& name) {
 // The setup's messages: "0" / "1" (TUTTI_SHM), host identity, pid and start time.
 struct MemberInfo {
   bool enabled = false;
+  int64_t buffer_bytes = 0;  // asked for (TUTTI_SHM_BUFFER_BYTES; 0: auto)
   std::string host;
   int64_t pid = 0;
   uint64_t start_time = 0;
@@ -184,9 +186,9 @@ void futexWakeAll(std::atomic<uint32_t>& word) {
           nullptr, 0);
 }
 
-std::string encodeInfo(bool enabled) {
+std::string encodeInfo(bool enabled, int64_t buffer_bytes) {
   std::ostringstream out;
-  out << (enabled ? 1 : 0) << "\n" << hostIdentity() << "\n" << getpid() << " "
+  out << (enabled ? 1 : 0) << " " << buffer_bytes << "\n" << hostIdentity() << "\n" << getpid() << " "
       << procState(getpid()).start_time;
   cpu_set_t cpus;
   CPU_ZERO(&cpus);
@@ -201,14 +203,32 @@ MemberInfo decodeInfo(const std::string& bytes) {
   std::istringstream in(bytes);
   std::string line;
   std::getline(in, line);
-  info.enabled = line == "1";
+  std::istringstream first(line);
+  int enabled = 0;
+  first >> enabled >> info.buffer_bytes;
+  info.enabled = enabled == 1;
   std::getline(in, info.host);
   in >> info.pid >> info.start_time;
   for (int c; in >> c;) info.cpus.push_back(c);
   return info;
 }
 
+// Round up to whole pages.
+int64_t pages(int64_t bytes) {
+  return (bytes + static_cast<int64_t>(kPage) - 1) / static_cast<int64_t>(kPage) *
+         static_cast<int64_t>(kPage);
+}
+
 }  // namespace
+
+int64_t ShmSegment::autoBufferBytes(int members) {
+  // Measured (docs/PERFORMANCE.md, "Shared-memory buffer"): with ranks bound to a core, each
+  // chunk's two rounds wait for the peer's thread to get its core back, and 1 MiB chunks
+  // made a 16 MiB gradient's allreduce 3x slower than 4 MiB ones. Larger sets get less each
+  // (at most 64 MiB per set in /dev/shm).
+  const int64_t per = (int64_t(32) << 20) / std::max(members, 1);
+  return pages(std::max<int64_t>(int64_t(1) << 20, std::min<int64_t>(int64_t(4) << 20, per)));
+}
 
 std::unique_ptr<ShmSegment> ShmSegment::create(ControlPlane& control,
                                                const std::vector<int>& ranks, int id,
@@ -221,13 +241,17 @@ std::unique_ptr<ShmSegment> ShmSegment::create(ControlPlane& control,
   seg->size_ = size;
   seg->id_ = id;
   seg->ranks_ = ranks;
-  seg->buffer_bytes_ = (std::max<int64_t>(options.buffer_bytes, 64 << 10) + kPage - 1) /
-                       kPage * kPage;
-  seg->bytes_ = dataOffset(size) + 2 * static_cast<size_t>(size) * seg->buffer_bytes_;
+  auto sizeFor = [&](int64_t buffer_bytes) {
+    seg->buffer_bytes_ = buffer_bytes;
+    seg->bytes_ = dataOffset(size) + 2 * static_cast<size_t>(size) * buffer_bytes;
+  };
+  const int64_t asked = options.buffer_bytes > 0 ? pages(std::max<int64_t>(options.buffer_bytes, 64 << 10)) : 0;
 
-  // 1. Every member tells the root whether it may use shm, its host, pid and start time.
-  std::vector<std::string> gathered = control.gather(encodeInfo(options.enabled), deadline);
-  // 2. The root decides, creates and initialises the segment and sends its name, or "!why".
+  // 1. Every member tells the root whether it may use shm, the buffer size it asks for, its
+  //    host, pid and start time.
+  std::vector<std::string> gathered = control.gather(encodeInfo(options.enabled, asked), deadline);
+  // 2. The root decides, picks the buffer size, creates and initialises the segment and
+  //    sends its name and buffer size, or "!why".
   std::string name;
   if (rank == 0) {
     std::vector<MemberInfo> infos;
@@ -239,29 +263,46 @@ std::unique_ptr<ShmSegment> ShmSegment::create(ControlPlane& control,
       else if (infos[r].host != infos[0].host)
         why = "world ranks " + std::to_string(ranks[0]) + " and " + std::to_string(ranks[r]) +
               " run on different hosts";
+      else if (infos[r].buffer_bytes != infos[0].buffer_bytes)
+        why = "world ranks " + std::to_string(ranks[0]) + " and " + std::to_string(ranks[r]) +
+              " ask for different shm buffers (TUTTI_SHM_BUFFER_BYTES " +
+              (infos[0].buffer_bytes ? std::to_string(infos[0].buffer_bytes) : "auto") +
+              " and " + (infos[r].buffer_bytes ? std::to_string(infos[r].buffer_bytes) : "auto") +
+              ")";
     }
-    if (why.empty()) {
+    // An explicit size is tried alone; auto halves while /dev/shm has no room for it.
+    for (int64_t buffer = asked ? asked : autoBufferBytes(size); why.empty(); buffer /= 2) {
+      sizeFor(buffer);
       name = uniqueName(id);
       int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
       if (fd < 0) {
         why = errnoText("shm_open", name);
-      } else {
-        // Reserve the pages now: a /dev/shm too small (containers default to 64 MiB) must
-        // make the set decline shm here, not kill a process with SIGBUS mid-collective.
-        int reserved = 0;
-        if (ftruncate(fd, static_cast<off_t>(seg->bytes_)) != 0)
-          why = errnoText("ftruncate", name);
-        else if ((reserved = posix_fallocate(fd, 0, static_cast<off_t>(seg->bytes_))) != 0)
-          why = "posix_fallocate(" + name + ", " + std::to_string(seg->bytes_) +
-                " bytes) failed: " + std::strerror(reserved) + " (is /dev/shm large enough?)";
-        else if ((seg->base_ = mapFd(fd, seg->bytes_)) == nullptr)
-          why = errnoText("mmap", name);
-        else
-          addMapping(name, seg->base_);
-        seg->name_ = name;
-        close(fd);
-        if (!why.empty()) shm_unlink(name.c_str());
+        break;
       }
+      // Reserve the pages now: a /dev/shm too small (containers default to 64 MiB) must
+      // make the set decline shm here (or take a smaller buffer), not kill a process with
+      // SIGBUS mid-collective.
+      int reserved = 0;
+      bool no_room = false;
+      if (ftruncate(fd, static_cast<off_t>(seg->bytes_)) != 0) {
+        why = errnoText("ftruncate", name);
+      } else if ((reserved = posix_fallocate(fd, 0, static_cast<off_t>(seg->bytes_))) != 0) {
+        no_room = reserved == ENOSPC && !asked && buffer / 2 >= (64 << 10);
+        why = "posix_fallocate(" + name + ", " + std::to_string(seg->bytes_) +
+              " bytes) failed: " + std::strerror(reserved) + " (is /dev/shm large enough?)";
+      } else if ((seg->base_ = mapFd(fd, seg->bytes_)) == nullptr) {
+        why = errnoText("mmap", name);
+      } else {
+        addMapping(name, seg->base_);
+      }
+      seg->name_ = name;
+      close(fd);
+      if (why.empty()) break;
+      shm_unlink(name.c_str());
+      if (!no_room) break;
+      TUTTI_LOG(kDebug) << "process set " << id << ": no room in /dev/shm for "
+                        << seg->bytes_ << " bytes of shm buffers; trying half";
+      why.clear();
     }
     if (why.empty()) {
       auto* h = new (seg->base_) ShmHeader();
@@ -292,12 +333,27 @@ std::unique_ptr<ShmSegment> ShmSegment::create(ControlPlane& control,
         s->world_rank = ranks[r];
       }
     }
-    name = why.empty() ? name : "!" + why;
+    name = why.empty() ? std::to_string(seg->buffer_bytes_) + " " + name : "!" + why;
   }
   name = control.broadcast(name, deadline);
   if (!name.empty() && name[0] == '!') {
     if (why_not) *why_not = name.substr(1);
     return nullptr;
+  }
+  {  // "<buffer bytes> <name>", from the root: checked like any data from another rank
+    const size_t space = name.find(' ');
+    int64_t buffer = 0;
+    try {
+      buffer = space == std::string::npos ? 0 : std::stoll(name.substr(0, space));
+    } catch (const std::exception&) {
+      buffer = 0;
+    }
+    if (buffer < (64 << 10) || buffer > (int64_t(1) << 30) || buffer % static_cast<int64_t>(kPage))
+      throwError(StatusCode::kInternal, "process set " + std::to_string(id) +
+                                            ": the root's shm segment message is malformed: '" +
+                                            name.substr(0, 80) + "'");
+    if (rank != 0) sizeFor(buffer);
+    name = name.substr(space + 1);
   }
   // 3. The others map it and check that they see every member's process; each reports.
   std::string problem;

@@ -42,7 +42,10 @@ struct ShmHeader;
 struct ShmRankState;
 
 struct ShmOptions {
-  int64_t buffer_bytes = 1 << 20;  // per member per buffer (rounded up to pages)
+  // Per member per buffer (rounded up to pages). 0: the root picks (autoBufferBytes), and
+  // halves it while /dev/shm has no room, down to 64 KiB. Members that ask for different
+  // sizes make the set decline shm.
+  int64_t buffer_bytes = 0;
   double setup_seconds = 30;       // deadline of the collective setup
   bool enabled = true;             // this member's TUTTI_SHM
   bool alltoall = true;            // the backend runs alltoall (else leaves it to the next)
@@ -68,6 +71,8 @@ class ShmSegment {
   int rank() const { return rank_; }
   int size() const { return size_; }
   int64_t bufferBytes() const { return buffer_bytes_; }
+  // The buffer size auto (ShmOptions::buffer_bytes 0) starts from for `members` members.
+  static int64_t autoBufferBytes(int members);
   // "rank 3: shm allreduce on group 2 (world ranks 0, 3)".
   std::string where(const char* op) const;
 

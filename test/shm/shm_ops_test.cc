@@ -6,6 +6,7 @@
 #include "backends/loopback/loopback.h"
 #include "backends/registry.h"
 #include "backends/shm/shm_backend.h"
+#include "backends/shm/shm_segment.h"
 #include "test/backends/backend_test_util.h"
 #include "test/shm/shm_test_util.h"
 
@@ -98,6 +99,28 @@ TEST_CASE("shm: a member that does not arrive fails the others at the deadline, 
   CHECK_THAT(errors[1], Catch::Contains("world rank 2"));
   CHECK_THAT(errors[2], Catch::Contains("the group was stopped") &&
                             Catch::Contains("waiting for world rank 2"));
+}
+
+TEST_CASE("shm buffers by default: 4 MiB a member up to 8 members, 64 MiB a set beyond") {
+  using detail::ShmSegment;
+  CHECK(ShmSegment::autoBufferBytes(2) == 4 << 20);
+  CHECK(ShmSegment::autoBufferBytes(8) == 4 << 20);
+  CHECK(ShmSegment::autoBufferBytes(16) == 2 << 20);
+  CHECK(ShmSegment::autoBufferBytes(64) == 1 << 20);
+  CHECK(ShmSegment::autoBufferBytes(1000) == 1 << 20);
+  // Members that leave it to the root get the root's size.
+  Failures failures;
+  runRanks(3, failures, [&](int, Backend& backend) {
+    std::vector<float> x(3 << 20, 1.0f);  // 12 MiB: three 4 MiB chunks
+    backend.allreduce(x.data(), x.data(), static_cast<int64_t>(x.size()), DataType::kFloat32,
+                      ReduceOp::kSum, deadlineAfter(60));
+    if (x.front() != 3.0f || x.back() != 3.0f) failures.add("wrong sum");
+  }, [](int) {
+    detail::ShmOptions o = smallBuffers();
+    o.buffer_bytes = 0;
+    return o;
+  });
+  REQUIRE(failures.summary() == "0 failure(s)");
 }
 
 TEST_CASE("shm fused allreduce from pieces: in place, out of place, zeros, dropped, empty, chunked") {

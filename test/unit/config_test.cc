@@ -25,6 +25,16 @@ TEST_CASE("config defaults with an empty environment") {
   CHECK(c.topology.size == 1);
   CHECK(c.topology.rank == 0);
   CHECK(c.topology.source == "single process");
+  CHECK(c.shm_buffer_bytes == 0);  // auto: the set's root picks
+}
+
+TEST_CASE("TUTTI_SHM_BUFFER_BYTES: auto or a size in range") {
+  Env automatic = {{"TUTTI_SHM_BUFFER_BYTES", "auto"}}, sized = {{"TUTTI_SHM_BUFFER_BYTES", "65536"}};
+  CHECK(parseConfig(&automatic).shm_buffer_bytes == 0);
+  CHECK(parseConfig(&sized).shm_buffer_bytes == 65536);
+  Env small = {{"TUTTI_SHM_BUFFER_BYTES", "4096"}}, word = {{"TUTTI_SHM_BUFFER_BYTES", "big"}};
+  CHECK_THROWS_WITH(parseConfig(&small), Catch::Contains("TUTTI_SHM_BUFFER_BYTES='4096'"));
+  CHECK_THROWS_WITH(parseConfig(&word), Catch::Contains("TUTTI_SHM_BUFFER_BYTES='big'"));
 }
 
 TEST_CASE("config parses every kind of value") {
