@@ -2,10 +2,11 @@
 
 `core` gives local rank i the i-th physical core of this host (all of its hardware
 threads) among the CPUs tuttirun itself may use; `package` gives it the whole package
-(socket) that core is on; `none` (the default) leaves every worker free to run anywhere.
-`auto` is `core` where the host has at least one core per local rank and `none` where it
-has fewer (oversubscribed: bound ranks would queue on the cores they share instead of
-running wherever one is idle).
+(socket) that core is on; `none` leaves every worker free to run anywhere. `auto` (the
+default, as mpirun binds by default) is `core` where the host has at least one core per
+local rank and `none` where it has fewer (oversubscribed: bound ranks would queue on the
+cores they share instead of running wherever one is idle). TUTTI_BIND_TO in tuttirun's
+environment replaces the default.
 
 A rank bound to one core runs its whole process there: the training loop, torch's
 threads, Tutti's background thread, gloo's. Binding keeps every rank's compute off the
@@ -15,7 +16,19 @@ have what it does to a training step and a lone collective.
 import os
 
 CHOICES = ("none", "core", "package", "auto")
-DEFAULT = "none"
+DEFAULT = "auto"
+ENV = "TUTTI_BIND_TO"
+
+
+def default(environ=None):
+    """The binding without --bind-to: TUTTI_BIND_TO if set, else DEFAULT. A value outside
+    CHOICES raises ValueError naming the variable and the choices."""
+    value = (os.environ if environ is None else environ).get(ENV, "")
+    if not value:
+        return DEFAULT
+    if value not in CHOICES:
+        raise ValueError("%s=%r: expected one of %s" % (ENV, value, ", ".join(CHOICES)))
+    return value
 
 
 def _read_int(path):

@@ -148,11 +148,11 @@ def make_parser():
                      help="MPI over TCP only (--mca pml ob1 --mca btl tcp,self; gloo is TCP "
                           "anyway), and NCCL too (NCCL_IB_DISABLE=1)")
     mpi.add_argument("--binding-args", metavar="'ARGS'",
-                     help="mpirun's binding arguments instead of --bind-to none")
+                     help="mpirun's binding arguments instead of --bind-to")
     p.add_argument("--bind-to", choices=binding.CHOICES, metavar="WHAT",
                    help="bind each local worker to a core, to its core's package, or not at "
-                        "all: %s (default none; auto: core where this host has a core per "
-                        "local rank, else none); under --mpi, mpirun's --bind-to" %
+                        "all: %s (default auto, or TUTTI_BIND_TO: core where this host has a "
+                        "core per local rank, else none); under --mpi, mpirun's --bind-to" %
                         ", ".join(binding.CHOICES))
     p.add_argument("--output-filename", metavar="DIR",
                    help="also write DIR/rank.N/stdout and DIR/rank.N/stderr")
@@ -288,10 +288,14 @@ def run_mpi(args, host_list, env):
         # name only: mpirun reads the values from its own environment, off the command line).
         env = dict(dict.fromkeys(forwarded_environment()), **env)
     binding_args = args.binding_args
-    if binding_args is None:
+    if binding_args is None and args.bind_to is None and binding.ENV not in os.environ:
+        # The default: mpirun's own (a core each up to 2 ranks, where not oversubscribed),
+        # so that tuttirun --mpi runs a job as plain mpirun does, on remote hosts too.
+        binding_args = ""
+    elif binding_args is None:
         # As the gloo path binds: auto looks at the largest number of ranks on one host.
         most = max(min(np_, args.np) for _, np_ in host_list) if host_list else args.np
-        how = binding.resolve(args.bind_to or binding.DEFAULT, most, binding.host_cores())
+        how = binding.resolve(args.binding, most, binding.host_cores())
         binding_args = "--bind-to %s" % how
     elif args.bind_to is not None:
         fail("--bind-to and --binding-args: give one of them")
@@ -319,7 +323,7 @@ def run_gloo(args, host_list, env):
     env = dict(env, TUTTI_CPU_OPERATIONS="gloo", TUTTI_RENDEZVOUS_ADDR=address)
     cores = binding.host_cores()
     here = [s for s in slots if local[s.host]]  # (under one or more names of this host)
-    bound = {s.rank: binding.cpus_for(args.bind_to or binding.DEFAULT, i, len(here), cores)
+    bound = {s.rank: binding.cpus_for(args.binding, i, len(here), cores)
              for i, s in enumerate(here)}
     if args.dry_run:
         for s in slots:
@@ -461,6 +465,10 @@ def main(argv=None, lib_dir=None):
         fail("no command to run")
     if args.gloo_timeout_seconds is not None:
         args.start_timeout = max(args.start_timeout or 0, args.gloo_timeout_seconds)
+    try:
+        args.binding = args.bind_to or binding.default()
+    except ValueError as e:
+        fail(str(e))
     if not args.mpi:
         # (--tcp asks gloo for nothing new: it runs over TCP.)
         for flag, value in (("--mpi-args", args.mpi_args), ("--binding-args", args.binding_args)):

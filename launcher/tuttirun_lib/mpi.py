@@ -26,7 +26,7 @@ class MpiOptions:
         self.output_dir = output_dir
         self.nics = nics or []          # --network-interface(s): pin MPI's TCP traffic
         self.tcp = tcp                  # --tcp: the TCP BTL only
-        self.binding_args = binding_args  # replaces --bind-to none
+        self.binding_args = binding_args  # replaces --bind-to none ("": mpirun's default)
         self.extra_args = extra_args    # --mpi-args, split like a shell
         self.remote = remote            # hosts other than this one: keepalive on
 
@@ -46,7 +46,8 @@ def mpirun_command(np, hosts, env, command, options=None, mpirun="mpirun", cores
         argv.append("--oversubscribe")
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         argv.append("--allow-run-as-root")
-    argv += shlex.split(options.binding_args) if options.binding_args else ["--bind-to", "none"]
+    # None: --bind-to none; "": no binding flag at all (mpirun's own default).
+    argv += ["--bind-to", "none"] if options.binding_args is None else shlex.split(options.binding_args)
     argv.append("--tag-output")
     if options.output_dir:
         argv += ["--output-filename", options.output_dir]

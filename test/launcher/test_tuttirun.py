@@ -416,21 +416,45 @@ class BindingTest(unittest.TestCase):
         for rank in range(np):
             self.assertEqual(got[rank], set(cores[rank][1]), r.stdout)
         mine = set(os.sched_getaffinity(0))
-        for flag in ([], ["--bind-to", "none"]):  # the default: not bound
-            r = run(["-np", "2"] + flag + self.SHOW)
+        clean = {k: v for k, v in os.environ.items() if k != binding.ENV}
+        for flag, env in (([], dict(clean, TUTTI_BIND_TO="none")), (["--bind-to", "none"], clean)):
+            r = run(["-np", "2"] + flag + self.SHOW, env=env)
             self.assertEqual(r.returncode, 0, r.stderr)
             self.assertEqual(allowed_cpus(r.stdout), {0: mine, 1: mine}, flag)
+        # The default is auto: a core each where there are enough, else not bound.
+        r = run(["-np", "2"] + self.SHOW, env=clean)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        expected = {rank: set(binding.cpus_for("auto", rank, 2, cores) or mine) for rank in (0, 1)}
+        self.assertEqual(allowed_cpus(r.stdout), expected)
+        r = run(["-np", "1"] + self.SHOW, env=dict(clean, TUTTI_BIND_TO="everywhere"))
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("TUTTI_BIND_TO='everywhere': expected one of none, core, package, auto",
+                      r.stderr)
+
+    def test_default_binding_is_auto_unless_the_environment_says(self):
+        self.assertEqual(binding.default({}), "auto")
+        self.assertEqual(binding.default({"TUTTI_BIND_TO": ""}), "auto")
+        self.assertEqual(binding.default({"TUTTI_BIND_TO": "none"}), "none")
+        with self.assertRaises(ValueError):
+            binding.default({"TUTTI_BIND_TO": "socket"})
 
     def test_dry_run_names_the_cpus_and_mpi_gets_the_binding(self):
         r = run(["-np", "1", "--bind-to", "core", "--dry-run", "prog"])
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("(local, CPUs %s)" % binding.describe(binding.host_cores()[0][1]),
                       r.stdout)
-        for flag, expected in ((["--bind-to", "package"], "--bind-to package"),
-                               ([], "--bind-to none")):
-            r = run(["--mpi", "--dry-run", "-np", "1"] + flag + ["prog"])
+        auto = binding.resolve("auto", 1, binding.host_cores())
+        clean = {k: v for k, v in os.environ.items() if k != binding.ENV}
+        for flag, env, expected in ((["--bind-to", "package"], clean, "--bind-to package"),
+                                    (["--bind-to", "auto"], clean, "--bind-to " + auto),
+                                    ([], dict(clean, TUTTI_BIND_TO="none"), "--bind-to none")):
+            r = run(["--mpi", "--dry-run", "-np", "1"] + flag + ["prog"], env=env)
             self.assertEqual(r.returncode, 0, r.stderr)
             self.assertIn(expected, r.stdout)
+        # By default mpirun binds as it does on its own: no --bind-to from tuttirun.
+        r = run(["--mpi", "--dry-run", "-np", "1", "prog"], env=clean)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertNotIn("--bind-to", r.stdout)
         r = run(["--mpi", "--dry-run", "-np", "1", "--bind-to", "core",
                  "--binding-args=--bind-to socket", "prog"])
         self.assertEqual(r.returncode, 2)
