@@ -153,6 +153,23 @@ def test_barrier_join_objects(rank, size):
     assert tj.allgather_object(("r", rank)) == [("r", r) for r in range(size)]
 
 
+def test_object_collectives_edge_cases(rank, size):
+    # None, empty containers and b"" pickle to a few bytes; ranks' objects differ in size.
+    last = size - 1
+    assert tj.broadcast_object(None, root_rank=0) is None
+    assert tj.broadcast_object(b"" if rank == last else "not root", root_rank=last) == b""
+    assert tj.broadcast_object([] if rank == 0 else {"x": 1}, root_rank=0) == []
+    assert tj.allgather_object(None) == [None] * size
+    mixed = [None if r % 2 == 0 else list(range(r * 100)) for r in range(size)]
+    assert tj.allgather_object(mixed[rank]) == mixed
+    assert tj.allgather_object({}) == [{}] * size
+    big = np.arange(1 << 16, dtype=np.float32) + rank  # a 256 KiB payload
+    got = tj.broadcast_object(big, root_rank=last)
+    np.testing.assert_array_equal(got, np.arange(1 << 16, dtype=np.float32) + last)
+    with pytest.raises(tj.TuttiError):
+        tj.broadcast_object(None, root_rank=size)
+
+
 def test_topology(rank, size):
     assert 0 <= rank < size
     assert 0 <= tj.local_rank() < tj.local_size() <= size
