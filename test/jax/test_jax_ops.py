@@ -113,7 +113,7 @@ def test_allgather_counts(mode, rows, rank, size):
 
 
 @pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16, jnp.int64, jnp.bool_])
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
 def test_alltoall(mode, dtype, rank, size):
     # rank r sends r + i + 1 rows to rank i
     splits = [rank + i + 1 for i in range(size)]
@@ -133,7 +133,21 @@ def test_alltoall(mode, dtype, rank, size):
 
 
 @pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("dtype", [jnp.float16, jnp.float32, jnp.float64, jnp.int32])
+def test_alltoall_empty(mode, rank, size):
+    # nothing sent to anyone, and a rank that receives rows from only one peer
+    out, recv = run(mode, functools.partial(tj.alltoall, splits=[0] * size),
+                    jnp.zeros((0, 2), jnp.float64))
+    assert out.shape == (0, 2) and out.dtype == jnp.float64
+    np.testing.assert_array_equal(np.asarray(recv), [0] * size)
+    splits = [1 if (rank == 0 and i == size - 1) else 0 for i in range(size)]
+    out, recv = run(mode, functools.partial(tj.alltoall, splits=splits),
+                    jnp.full((sum(splits),), 5, jnp.int32))
+    want = [5] if rank == size - 1 else []
+    np.testing.assert_array_equal(np.asarray(out), np.array(want, dtype=np.int32))
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES + INT_DTYPES)
 @pytest.mark.parametrize("rows", [0, 1, 7])
 def test_reducescatter(mode, dtype, rows, rank, size):
     x = rank_values(rank, (rows, 2), dtype)
