@@ -265,3 +265,40 @@ def test_op_before_init_says_so(rank):
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          timeout=60)
     assert "allreduce called before tutti.jax.init()" in out.stdout, out.stdout + out.stderr
+
+
+def test_barrier_join_in_jit(rank, size):
+    @jax.jit
+    def step(x):
+        y = tj.allreduce(x, op=tj.Sum, name="jit.barrier.before")
+        tj.barrier()
+        last = tj.join()
+        return tj.allreduce(y, op=tj.Sum, name="jit.barrier.after"), last
+
+    out, last = step(jnp.ones(3, jnp.float32))
+    np.testing.assert_allclose(np.asarray(out), np.full(3, size * size, np.float32))
+    assert last.dtype == jnp.int32 and last.shape == () and int(last) in range(size)
+    out, last = step(jnp.ones(3, jnp.float32))  # the compiled function again
+    assert int(last) in range(size)
+    assert tj.join() in range(size)  # eager still returns an int
+    assert isinstance(tj.join(), int)
+    tj.barrier()
+
+
+def test_barrier_in_jit_waits(rank, size):
+    import time
+
+    @jax.jit
+    def wait(x):
+        tj.barrier()
+        return x + 1
+
+    hlo = wait.lower(jnp.int32(0)).as_text()
+    assert "tutti_barrier" in hlo
+    wait(jnp.int32(0))  # compiled, and every rank is here
+    if rank == 0:
+        time.sleep(0.3)
+    t0 = time.monotonic()
+    assert int(wait(jnp.int32(1))) == 2
+    if size > 1 and rank != 0:
+        assert time.monotonic() - t0 > 0.2  # waited for rank 0

@@ -2,7 +2,7 @@
 // inside jax.jit. Built against the headers jaxlib ships (jax.ffi.include_dir(), header only);
 // they reach libtutti only through its C API (include/tutti/tutti.h).
 //
-// Every handler is asynchronous: it submits the op to Tutti and returns an xla::ffi::Future at
+// Every collective's handler is asynchronous (barrier and join block: see there): it submits the op to Tutti and returns an xla::ffi::Future at
 // once, without blocking XLA's thread. XLA may issue independent collectives of one jitted
 // function in a different order on different ranks; because none of them blocks, every rank
 // submits all of them and Tutti's name-based negotiation matches them up (docs/jax.md, "jit
@@ -381,6 +381,37 @@ ffi::Future ReducescatterImpl(ffi::AnyBuffer tok, ffi::AnyBuffer x, ffi::Result<
   return ShapedImpl(Kind::kReducescatter, x, y, name, op, prescale, postscale, {}, process_set);
 }
 
+// barrier and join inside jit: they block XLA's thread until the set is through (no tensor
+// to negotiate by name, so nothing for another op to overtake). The ordering token places them
+// after the op traced before them and before the op traced after them.
+ffi::Error BarrierImpl(ffi::AnyBuffer tok, ffi::Result<ffi::AnyBuffer> tok_out,
+                       int64_t process_set, double timeout_seconds) {
+  PassToken(tok, tok_out);
+  tutti_status_t st = tutti_barrier(static_cast<int>(process_set), timeout_seconds);
+  if (st == TUTTI_OK) return ffi::Error::Success();
+  return ffi::Error(ffi::ErrorCode::kInternal, std::string("tutti: barrier of process set ") +
+                                                   std::to_string(process_set) + " failed (" +
+                                                   tutti_status_string(st) +
+                                                   "): " + tutti_last_error());
+}
+
+ffi::Error JoinImpl(ffi::AnyBuffer tok, ffi::Result<ffi::AnyBuffer> tok_out,
+                    ffi::Result<ffi::AnyBuffer> last, int64_t process_set,
+                    double timeout_seconds) {
+  PassToken(tok, tok_out);
+  int last_rank = -1;
+  tutti_status_t st = tutti_join(static_cast<int>(process_set), timeout_seconds, &last_rank);
+  if (st != TUTTI_OK) {
+    return ffi::Error(ffi::ErrorCode::kInternal, std::string("tutti: join of process set ") +
+                                                     std::to_string(process_set) + " failed (" +
+                                                     tutti_status_string(st) +
+                                                     "): " + tutti_last_error());
+  }
+  auto* out = static_cast<int32_t*>(last->untyped_data());
+  for (size_t i = 0; i < last->element_count(); ++i) out[i] = last_rank;
+  return ffi::Error::Success();
+}
+
 }  // namespace
 
 #if defined(__GNUC__)
@@ -451,6 +482,21 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(TuttiJaxReducescatter, ReducescatterImpl,
                                   .Attr<double>("prescale")
                                   .Attr<double>("postscale")
                                   .Attr<int64_t>("process_set"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(TuttiJaxBarrier, BarrierImpl,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>()
+                                  .Attr<int64_t>("process_set")
+                                  .Attr<double>("timeout_seconds"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(TuttiJaxJoin, JoinImpl,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>()
+                                  .Attr<int64_t>("process_set")
+                                  .Attr<double>("timeout_seconds"));
 
 // The version of the C API this library was built against, for a sanity check on load.
 TUTTI_JAX_EXPORT int tutti_jax_api_version(void) {

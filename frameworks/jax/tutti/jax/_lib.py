@@ -179,6 +179,8 @@ TARGETS = {
     "allgather": "TuttiJaxAllgather",
     "alltoall": "TuttiJaxAlltoall",
     "reducescatter": "TuttiJaxReducescatter",
+    "barrier": "TuttiJaxBarrier",
+    "join": "TuttiJaxJoin",
 }
 _registered = False
 

@@ -170,6 +170,15 @@ def _current_trace():
         return None
 
 
+def _tracing():
+    """Whether a trace other than eager evaluation is being built (jit, grad, vmap...)."""
+    trace = _current_trace()
+    if trace is None:
+        return False
+    from jax._src import core as _core
+    return not isinstance(trace, _core.EvalTrace)
+
+
 def _ffi(target, out, vmap_method=None):
     """The custom call of `target`, returning a function of (*operands, **attrs) -> outputs.
 
@@ -592,18 +601,36 @@ def reducescatter(tensor, name: Optional[str] = None, op: int = Average,
 
 
 # ---- barrier, join ----
+def _tokened(target, out, ps, timeout_seconds):
+    """barrier/join inside a trace: the op in the ordering chain, its outputs but the token."""
+    def f(tok):
+        tok, y = _ffi(target, out)(tok, process_set=np.int64(ps),
+                                   timeout_seconds=np.float64(timeout_seconds))
+        return y, tok
+    return _ordered(f)
+
+
 def barrier(process_set=0, timeout_seconds: float = -1.0):
-    """Blocks until every rank of the set has entered the barrier (host only, not in jit)."""
+    """Blocks until every rank of the set has entered the barrier. Inside jit it runs where it
+    was traced among the other Tutti ops of the function."""
     _require_init("barrier")
-    _lib.check(_lib.lib.tutti_barrier(_set_id(process_set), float(timeout_seconds)), "barrier")
+    ps = _set_id(process_set)
+    if _tracing():
+        _tokened("barrier", [], ps, float(timeout_seconds))
+        return None
+    _lib.check(_lib.lib.tutti_barrier(ps, float(timeout_seconds)), "barrier")
 
 
-def join(process_set=0, timeout_seconds: float = -1.0) -> int:
+def join(process_set=0, timeout_seconds: float = -1.0):
     """This rank has no more data: until every rank has joined it contributes zeros to the
-    others' allreduces. Blocks until all joined; returns the last rank that joined."""
+    others' allreduces. Blocks until all joined; returns the last rank that joined (an int
+    eagerly, an int32 scalar array inside jit)."""
     _require_init("join")
+    ps = _set_id(process_set)
+    if _tracing():
+        return _tokened("join", jax.ShapeDtypeStruct((), jnp.int32), ps, float(timeout_seconds))
     last = _lib.ctypes.c_int(-1)
-    _lib.check(_lib.lib.tutti_join(_set_id(process_set), float(timeout_seconds),
+    _lib.check(_lib.lib.tutti_join(ps, float(timeout_seconds),
                                    _lib.ctypes.byref(last)), "join")
     return last.value
 
