@@ -208,6 +208,39 @@ def test_process_set(mode, rank, size):
         tj.remove_process_set(ps)
 
 
+@pytest.mark.parametrize("mode", MODES)
+def test_process_set_object(mode, rank, size):
+    """Horovod's ProcessSet objects: the odd ranks (the last rank alone at 1 rank)."""
+    assert tj.global_process_set.process_set_id == 0
+    assert tj.global_process_set.size() == size and tj.global_process_set.rank() == rank
+    members = list(range(1, size, 2)) or [0]
+    ps = tj.ProcessSet(reversed(members))
+    assert ps.ranks == members and ps.size() is None and ps.included() is None
+    with pytest.raises(ValueError, match="not registered"):
+        tj.allreduce(jnp.ones(2), process_set=ps)
+    assert tj.add_process_set(ps) is ps and ps.process_set_id > 0
+    try:
+        with pytest.raises(ValueError, match="already registered"):
+            tj.add_process_set(ps)
+        assert ps.size() == len(members) and ps.included() == (rank in members)
+        assert ps.rank() == (members.index(rank) if rank in members else -1)
+        if ps.included():
+            out = run(mode, functools.partial(tj.allreduce, op=tj.Sum, process_set=ps),
+                      jnp.full(2, float(rank)))
+            np.testing.assert_allclose(np.asarray(out), float(sum(members)))
+            assert tj.broadcast_object(rank, root_rank=ps.size() - 1, process_set=ps) == \
+                members[-1]
+        assert int(run(mode, functools.partial(tj.allreduce, op=tj.Sum,
+                                               process_set=tj.global_process_set),
+                       jnp.int32(1))) == size
+    finally:
+        tj.barrier()
+        tj.remove_process_set(ps)
+    assert ps.process_set_id is None and ps.size() is None
+    with pytest.raises(ValueError, match="ProcessSet or an integer id"):
+        tj.allreduce(jnp.ones(2), process_set="evens")
+
+
 def test_join_contributes_zeros(rank, size):
     """Rank 0 joins at once; the others allreduce (Sum) once more, rank 0 adding zeros."""
     if rank != 0:

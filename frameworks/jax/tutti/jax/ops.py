@@ -53,7 +53,11 @@ def init():
 
 
 def shutdown():
+    """Stops Tutti; registered ProcessSets lose their ids (init() may be called again)."""
     _lib.check(_lib.lib.tutti_shutdown(), "shutdown")
+    for obj in _registered.values():
+        obj.process_set_id = None
+    _registered.clear()
 
 
 def is_initialized():
@@ -96,27 +100,94 @@ def cross_size():
 
 
 # ---- process sets ----
-def add_process_set(ranks: Sequence[int]) -> int:
-    """Registers a process set (collective over all ranks); returns its id for process_set=."""
+class ProcessSet:
+    """A subset of the ranks that collectives can run on (`process_set=` of every op), as in
+    Horovod and tutti.torch. Create one with a list of global ranks and register it on every
+    rank with add_process_set(); until then (and after remove_process_set() or shutdown()) it
+    has no id. Inside jit it is a static value: close over it or pass it as a static argument.
+    """
+
+    process_set_id = None
+    ranks = None
+
+    def __init__(self, ranks):
+        ranks = list(ranks)
+        if not all(isinstance(r, (int, np.integer)) for r in ranks):
+            raise ValueError("tutti.jax.ProcessSet takes a list of integer ranks, got %r"
+                             % (ranks,))
+        self.ranks = sorted(set(int(r) for r in ranks))
+
+    def _require_id(self):
+        if self.process_set_id is None:
+            raise ValueError("tutti.jax: process set %s is not registered: call "
+                             "tutti.jax.add_process_set() on every rank first" % self)
+        return self.process_set_id
+
+    def size(self):
+        """Number of ranks in the set, or None if it is not registered."""
+        return None if self.process_set_id is None else _set_size(self.process_set_id)
+
+    def rank(self):
+        """This process's rank within the set (-1 if not a member), None if unregistered."""
+        return None if self.process_set_id is None else _set_rank(self.process_set_id)
+
+    def included(self):
+        """Whether this process belongs to the set, None if it is not registered."""
+        return None if self.process_set_id is None else _set_rank(self.process_set_id) >= 0
+
+    def __str__(self):
+        return "ProcessSet(process_set_id=%s, ranks=%s)" % (self.process_set_id, self.ranks)
+
+    __repr__ = __str__
+
+
+global_process_set = ProcessSet([])
+global_process_set.process_set_id = 0
+_registered = {}  # id -> ProcessSet registered through a ProcessSet object
+
+
+def add_process_set(ranks):
+    """Registers a process set (collective over all ranks, each passing the same ranks).
+
+    Given a ProcessSet, registers it and returns it (Horovod's form); given a sequence of
+    ranks, returns the new set's integer id. Both forms are accepted by `process_set=`."""
     _require_init("add_process_set")
-    rs = sorted(int(r) for r in ranks)
+    obj = ranks if isinstance(ranks, ProcessSet) else None
+    if obj is not None and obj.process_set_id is not None:
+        raise ValueError("tutti.jax.add_process_set: %s is already registered" % obj)
+    rs = obj.ranks if obj is not None else sorted(int(r) for r in ranks)
     arr = (ctypes_int * len(rs))(*rs)
     out = _lib.ctypes.c_int(0)
     _lib.check(_lib.lib.tutti_add_process_set(arr, len(rs), _lib.ctypes.byref(out)),
                "add_process_set(%s)" % rs)
-    return out.value
+    if obj is None:
+        return out.value
+    obj.process_set_id = out.value
+    _registered[out.value] = obj
+    return obj
 
 
-def remove_process_set(process_set: int):
-    _lib.check(_lib.lib.tutti_remove_process_set(int(process_set)),
-               "remove_process_set(%d)" % process_set)
+def remove_process_set(process_set):
+    """Unregisters a process set (collective over all ranks), given as a ProcessSet or id."""
+    ps = _set_id(process_set)
+    _lib.check(_lib.lib.tutti_remove_process_set(ps), "remove_process_set(%d)" % ps)
+    obj = _registered.pop(ps, None)
+    if obj is not None:
+        obj.process_set_id = None
+    if isinstance(process_set, ProcessSet):
+        process_set.process_set_id = None
 
 
 ctypes_int = _lib.ctypes.c_int
 
 
 def _set_id(process_set):
-    return int(getattr(process_set, "process_set_id", process_set))
+    if isinstance(process_set, ProcessSet):
+        return int(process_set._require_id())
+    if isinstance(process_set, (int, np.integer)) and not isinstance(process_set, bool):
+        return int(process_set)
+    raise ValueError("tutti.jax: process_set= takes a tutti.jax.ProcessSet or an integer id "
+                     "from add_process_set, got %r" % (process_set,))
 
 
 def _set_rank(ps):
@@ -668,6 +739,7 @@ def allgather_object(obj, name: Optional[str] = None, process_set=0) -> list:
 
 __all__ = ["Sum", "Average", "Min", "Max", "Product", "TuttiError", "init", "shutdown",
            "is_initialized", "rank", "size", "local_rank", "local_size", "cross_rank",
-           "cross_size", "add_process_set", "remove_process_set", "allreduce",
+           "cross_size", "ProcessSet", "global_process_set", "add_process_set",
+           "remove_process_set", "allreduce",
            "grouped_allreduce", "broadcast", "allgather", "alltoall", "reducescatter",
            "barrier", "join", "broadcast_object", "allgather_object"]
