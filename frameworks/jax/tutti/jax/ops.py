@@ -247,7 +247,8 @@ def _tracing():
     if trace is None:
         return False
     from jax._src import core as _core
-    return not isinstance(trace, _core.EvalTrace)
+    eval_trace = getattr(_core, "EvalTrace", None)
+    return eval_trace is None or not isinstance(trace, eval_trace)
 
 
 def _ffi(target, out, vmap_method=None):
