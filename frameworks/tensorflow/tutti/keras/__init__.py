@@ -13,15 +13,7 @@ See docs/keras.md.
 
 import keras
 
-from tutti.tensorflow import (  # noqa: F401
-    Adasum, Average, Compression, HorovodInternalError, Max, Min, ProcessSet, Product, Sum,
-    add_process_set, allgather, allgather_object, allreduce, alltoall, barrier, broadcast,
-    broadcast_object, broadcast_variables, cross_rank, cross_size, global_process_set,
-    grouped_allreduce, init, is_initialized, join, local_rank, local_size, rank,
-    reducescatter, remove_process_set, shutdown, size, start_timeline, stop_timeline)
-from tutti.tensorflow import _make_allreduce_grads_fn
-from tutti.tensorflow import basics as _basics
-
+# Checked before tutti.tensorflow is imported: on another backend TensorFlow is not loaded.
 if not keras.__version__.startswith("3."):
     raise ImportError("tutti.keras supports Keras 3 (found keras %s); legacy Keras 2 "
                       "(tf-keras, TF_USE_LEGACY_KERAS=1) is not supported yet "
@@ -29,6 +21,15 @@ if not keras.__version__.startswith("3."):
 if keras.backend.backend() != "tensorflow":
     raise ImportError("tutti.keras runs Keras 3 on the TensorFlow backend; this Keras uses "
                       "the %r backend (set KERAS_BACKEND=tensorflow)" % keras.backend.backend())
+
+from tutti.tensorflow import (  # noqa: F401,E402
+    Adasum, Average, Compression, HorovodInternalError, Max, Min, ProcessSet, Product, Sum,
+    add_process_set, allgather, allgather_object, allreduce, alltoall, barrier, broadcast,
+    broadcast_object, broadcast_variables, cross_rank, cross_size, global_process_set,
+    grouped_allreduce, init, is_initialized, join, local_rank, local_size, rank,
+    reducescatter, remove_process_set, shutdown, size, start_timeline, stop_timeline)
+from tutti.tensorflow import _make_allreduce_grads_fn  # noqa: E402
+from tutti.tensorflow import basics as _basics  # noqa: E402
 
 
 def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse="",
