@@ -222,7 +222,7 @@ int64_t pages(int64_t bytes) {
 }  // namespace
 
 int64_t ShmSegment::autoBufferBytes(int members) {
-  // Measured (docs/PERFORMANCE.md, "Shared-memory buffer"): with ranks bound to a core, each
+  // Measured (docs/PERFORMANCE.md, "Step time against DDP: binding, buffers, fusion"): with ranks bound to a core, each
   // chunk's two rounds wait for the peer's thread to get its core back, and 1 MiB chunks
   // made a 16 MiB gradient's allreduce 3x slower than 4 MiB ones. Larger sets get less each
   // (at most 64 MiB per set in /dev/shm).
