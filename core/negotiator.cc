@@ -58,15 +58,14 @@ void Negotiator::dropHits(std::vector<Request>& out, Drop drop) {
   hits_.erase(hits_.begin() + static_cast<std::ptrdiff_t>(kept), hits_.end());
 }
 
+void Negotiator::noteDemotedGroup(const std::string& group) {
+  if (!group.empty() &&
+      std::find(demoted_groups_.begin(), demoted_groups_.end(), group) == demoted_groups_.end())
+    demoted_groups_.push_back(group);
+}
+
 template <typename Drop>
-void Negotiator::demoteHits(std::vector<Request>& out, Drop drop) {
-  demoted_groups_.clear();
-  for (const auto& hit : hits_) {
-    const std::string& g = hit.request.group;
-    if (!g.empty() && drop(hit) &&
-        std::find(demoted_groups_.begin(), demoted_groups_.end(), g) == demoted_groups_.end())
-      demoted_groups_.push_back(g);
-  }
+void Negotiator::dropHitsWithGroups(std::vector<Request>& out, Drop drop) {
   dropHits(out, [&](const CacheHit& h) {
     const bool demoted =
         drop(h) || (!h.request.group.empty() &&
@@ -75,6 +74,14 @@ void Negotiator::demoteHits(std::vector<Request>& out, Drop drop) {
     if (demoted) demoted_slots_.push_back(h.slot);
     return demoted;
   });
+}
+
+template <typename Drop>
+void Negotiator::demoteHits(std::vector<Request>& out, Drop drop) {
+  demoted_groups_.clear();
+  for (const auto& hit : hits_)
+    if (drop(hit)) noteDemotedGroup(hit.request.group);
+  dropHitsWithGroups(out, drop);
 }
 
 void Negotiator::useCache(bool on) {
@@ -113,18 +120,9 @@ void Negotiator::contribute(std::vector<Request> fresh, std::string stall, Round
   // A group runs from the cache only if all of it hit: with a miss, its hits go to full
   // negotiation too (the same on every member: their caches and requests are the same).
   demoted_groups_.clear();
-  for (const auto& q : misses_)
-    if (!q.group.empty() &&
-        std::find(demoted_groups_.begin(), demoted_groups_.end(), q.group) == demoted_groups_.end())
-      demoted_groups_.push_back(q.group);
-  if (!demoted_groups_.empty()) {
-    std::vector<std::string> groups;
-    groups.swap(demoted_groups_);
-    dropHits(misses_, [&](const CacheHit& h) {
-      return !h.request.group.empty() &&
-             std::find(groups.begin(), groups.end(), h.request.group) != groups.end();
-    });
-  }
+  for (const auto& q : misses_) noteDemotedGroup(q.group);
+  if (!demoted_groups_.empty())
+    dropHitsWithGroups(misses_, [](const CacheHit&) { return false; });
   if (!misses_.empty() || !stall_.empty()) bits.clear(bits.noNew(index));
   if (joined_) bits.clear(bits.noJoin(index));
   bits.clearHits(index);

@@ -130,6 +130,11 @@ class Negotiator {
   // slots of the hits demoted go to demoted_slots_ as well.
   template <typename Drop>
   void demoteHits(std::vector<Request>& out, Drop drop);
+  // demoteHits()' parts: a group to demote (once; "" is none), and dropHits() of the hits
+  // for which `drop` holds or whose group was noted, their slots kept in demoted_slots_.
+  void noteDemotedGroup(const std::string& group);
+  template <typename Drop>
+  void dropHitsWithGroups(std::vector<Request>& out, Drop drop);
   void negotiate(ControlPlane& control, Deadline deadline, Timeline* tl,
                  std::vector<Response>* responses);
   void markMissing(const std::vector<Request>& arrived, Clock::time_point now, Timeline* tl);
