@@ -4,9 +4,10 @@
 The twin of Horovod's pytorch_synthetic_benchmark.py: every rank trains a model defined in
 this file on synthetic data (nothing is downloaded) and the script reports samples per second
 per rank and in total, for Tutti's DistributedOptimizer and, in the same processes, on the
-same model, data and initial weights, for DistributedDataParallel over torch's gloo. The two
-take turns (Tutti, DDP, Tutti, DDP, ...) so that load on a shared machine hits both alike;
-the figures are medians over the timed iterations.
+same model, data and initial weights, for DistributedDataParallel over torch's gloo and for
+DistributedDataParallel over Tutti's torch.distributed backend (`ddp-tutti`: the same DDP on a
+process group of backend "tutti"). They take turns (Tutti, DDP, DDP on tutti, ...) so that
+load on a shared machine hits all alike; the figures are medians over the timed iterations.
 
     tuttirun -np 2 python3 bench/torch_throughput.py
     mpirun -np 4 --oversubscribe python3 bench/torch_throughput.py --model mlp --json out.json
@@ -37,14 +38,18 @@ import torch.nn.functional as F
 
 import tutti.torch as hvd
 
+FRAMEWORKS = ("tutti", "ddp", "ddp-tutti", "local")
+
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", choices=["resnet", "mlp", "transformer", "wide", "all"],
                    default="all", help="all: resnet, mlp, transformer (wide only by name)")
-    p.add_argument("--frameworks", default="tutti,ddp,local",
-                   help="comma-separated, from: tutti, ddp, local (no communication: the "
-                        "compute alone); default all three, taking turns")
+    p.add_argument("--frameworks", default="tutti,ddp,ddp-tutti,local",
+                   help="comma-separated, from: tutti (tutti.torch's DistributedOptimizer), "
+                        "ddp (DDP over gloo), ddp-tutti (DDP over the tutti backend), local "
+                        "(no communication: the compute alone); default all four, taking "
+                        "turns")
     p.add_argument("--batch-size", type=int, default=0,
                    help="per rank (default: 32 for resnet, 64 for mlp, 16 for transformer)")
     p.add_argument("--num-warmup-batches", type=int, default=3)
@@ -58,8 +63,9 @@ def parse_args(argv=None):
     args = p.parse_args(argv)
     args.frameworks = [f for f in args.frameworks.split(",") if f]
     for f in args.frameworks:
-        if f not in ("tutti", "ddp", "local"):
-            p.error("--frameworks: unknown framework %r (expected tutti, ddp, local)" % f)
+        if f not in FRAMEWORKS:
+            p.error("--frameworks: unknown framework %r (expected one of %s)"
+                    % (f, ", ".join(FRAMEWORKS)))
     return args
 
 
@@ -150,8 +156,10 @@ def make_batch(name, batch, rank):
     return torch.randn(*shape, generator=g), torch.randint(0, 10, (batch,), generator=g)
 
 
-def setup_ddp():
-    """One gloo process group for the whole run; rank 0's address and a free port via Tutti."""
+def setup_ddp(frameworks):
+    """One gloo process group for the whole run (rank 0's address and a free port via Tutti),
+    and a process group of backend "tutti" over every rank for ddp-tutti; returns the
+    process group of each DDP framework."""
     if hvd.rank() == 0:
         with socket.socket() as s:  # a free port; torch's store binds it right after
             s.bind(("", 0))
@@ -163,12 +171,16 @@ def setup_ddp():
     addr, port = hvd.broadcast_object(endpoint, 0, name="bench.ddp_endpoint")
     dist.init_process_group("gloo", init_method="tcp://%s:%d" % (addr, port),
                             rank=hvd.rank(), world_size=hvd.size())
+    groups = {"ddp": None}  # None: the default (gloo) group
+    if "ddp-tutti" in frameworks:
+        groups["ddp-tutti"] = dist.new_group(backend="tutti")
+    return groups
 
 
 class Trainer:
     """One framework's model, optimizer and step."""
 
-    def __init__(self, framework, model_name, args):
+    def __init__(self, framework, model_name, args, groups):
         self.framework = framework
         model = make_model(model_name, args)
         lr = 0.01 * hvd.size()
@@ -181,7 +193,8 @@ class Trainer:
             self.opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
             self.model = model
         else:
-            self.model = nn.parallel.DistributedDataParallel(model)
+            self.model = nn.parallel.DistributedDataParallel(model,
+                                                             process_group=groups[framework])
             self.opt = torch.optim.SGD(self.model.parameters(), lr=lr, momentum=0.9)
         self.params = list(model.parameters())
         self.tensors = len(self.params)
@@ -205,10 +218,10 @@ class Trainer:
         return bool(torch.equal(gathered.min(0).values, gathered.max(0).values))
 
 
-def run_model(model_name, args):
+def run_model(model_name, args, groups):
     batch = args.batch_size or {"resnet": 32, "transformer": 16, "wide": 16}.get(model_name, 64)
     data, target = make_batch(model_name, batch, hvd.rank())
-    trainers = [Trainer(f, model_name, args) for f in args.frameworks]
+    trainers = [Trainer(f, model_name, args, groups) for f in args.frameworks]
     for t in trainers:
         for _ in range(args.num_warmup_batches):
             t.step(data, target)
@@ -242,7 +255,7 @@ def run_model(model_name, args):
 def print_table(results):
     # vs ddp: throughput over DDP's (> 1: faster); step/ddp: step time over DDP's (< 1:
     # faster); comm ms: step time minus the compute-only (local) step; comm/ddp: over DDP's.
-    print("# %-11s %-6s %5s %6s %9s %8s %16s %14s %7s %9s %8s %8s %8s" % (
+    print("# %-11s %-9s %5s %6s %9s %8s %16s %14s %7s %9s %8s %8s %8s" % (
         "model", "frame", "ranks", "batch", "params", "tensors", "samples/s/rank",
         "samples/s", "vs ddp", "step ms", "step/ddp", "comm ms", "comm/ddp"))
     by = {(r["model"], r["framework"]): r for r in results}
@@ -258,7 +271,7 @@ def print_table(results):
             if ddp:
                 ddp_comm = ddp["step_ms"] - local["step_ms"]
                 comm_ratio = "%.3f" % (comm_ms / ddp_comm) if ddp_comm > 0 else "-"
-        print("  %-11s %-6s %5d %6d %9d %8d %16.1f %14.1f %7s %9.2f %8s %8s %8s" % (
+        print("  %-11s %-9s %5d %6d %9d %8d %16.1f %14.1f %7s %9.2f %8s %8s %8s" % (
             r["model"], r["framework"], r["ranks"], r["batch_per_rank"], r["parameters"],
             r["tensors"], statistics.median(r["samples_per_sec_per_rank"]),
             r["samples_per_sec_total"], ratio, r["step_ms"], step_ratio, comm, comm_ratio))
@@ -268,15 +281,15 @@ def main(argv=None):
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
     hvd.init()
-    if "ddp" in args.frameworks:
-        setup_ddp()
+    ddp = [f for f in args.frameworks if f.startswith("ddp")]
+    groups = setup_ddp(ddp) if ddp else {}
     models = ["resnet", "mlp", "transformer"] if args.model == "all" else [args.model]
     results = []
     for name in models:
-        results.extend(run_model(name, args))
+        results.extend(run_model(name, args, groups))
     ok = all(r["identical"] for r in results)
     if hvd.rank() == 0:
-        print("# tutti.torch vs DistributedDataParallel (gloo), torch %s, %d ranks, "
+        print("# tutti.torch and DDP on tutti vs DistributedDataParallel (gloo), torch %s, %d ranks, "
               "medians of %d iterations of %d batches" % (
                   torch.__version__, hvd.size(), args.num_iters, args.num_batches_per_iter))
         print_table(results)
@@ -287,7 +300,7 @@ def main(argv=None):
             if not r["identical"]:
                 print("error: %s/%s: parameters differ across ranks after training" %
                       (r["model"], r["framework"]), file=sys.stderr)
-    if "ddp" in args.frameworks:
+    if ddp:
         dist.destroy_process_group()
     hvd.shutdown()
     return 0 if ok else 1
