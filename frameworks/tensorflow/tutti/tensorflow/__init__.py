@@ -33,6 +33,7 @@ from tutti.tensorflow.functions import (  # noqa: E402,F401
     allgather_object, broadcast_, broadcast_global_variables, broadcast_object,
     broadcast_object_fn, broadcast_variables)
 from tutti.tensorflow.util import _executing_eagerly  # noqa: E402,F401
+from tutti.tensorflow.sync_batch_norm import SyncBatchNormalization  # noqa: E402,F401
 from tutti.tensorflow import util  # noqa: E402,F401
 
 from tutti.tensorflow import basics as _basics  # noqa: E402
