@@ -93,3 +93,25 @@ def test_sync_batch_norm_refuses_fused_and_synchronized():
     with pytest.raises(ValueError, match="synchronized=True"):
         hvd.SyncBatchNormalization(synchronized=True)
     assert hvd.SyncBatchNormalization().name.startswith("sync_batch_normalization")
+
+
+def test_sync_batch_norm_counts_only_unmasked_values():
+    # Rank r holds r + 2 rows of 3 steps of 4 channels; a mask (per row and step) drops some.
+    def masked(rank):
+        x = _batch(rank, channels_last=True)
+        mask = (np.arange(x.shape[0] * 3).reshape(x.shape[0], 3) + rank) % 3 != 0
+        return x, mask
+
+    parts = [masked(r) for r in range(hvd.size())]
+    full = tf.constant(np.concatenate([p[0] for p in parts]))
+    full_mask = tf.constant(np.concatenate([p[1] for p in parts]))
+    bn = keras.layers.BatchNormalization(momentum=0.0)
+    bn(full, training=True, mask=full_mask)
+    x, mask = parts[hvd.rank()]
+    sync_bn = hvd.SyncBatchNormalization(momentum=0.0)
+    sync_bn(tf.constant(x), training=True, mask=tf.constant(mask))
+    # momentum 0: the moving statistics are the batch's moments.
+    np.testing.assert_allclose(sync_bn.moving_mean.numpy(), bn.moving_mean.numpy(),
+                               rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(sync_bn.moving_variance.numpy(), bn.moving_variance.numpy(),
+                               rtol=1e-4, atol=1e-5)
