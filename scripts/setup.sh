@@ -134,6 +134,11 @@ else
     "$TORCH_VENV/bin/python" -m pip check
     "$TORCH_VENV/bin/python" -c "import torch, tensorflow, keras; $tf_check" "$TF_VERSION"
   fi
+  # Horovod's Keras test files (the yardstick of docs/keras.md, not run in CI) import
+  # parameterized: a 20 KB pure-Python wheel.
+  if ! "$TORCH_VENV/bin/python" -c "import parameterized" 2>/dev/null; then
+    "$TORCH_VENV/bin/python" -m pip install -q --disable-pip-version-check parameterized==0.9.0
+  fi
 fi
 
 # ---- JAX (CPU wheels) in the same venv, for tutti.jax (docs/jax.md) ----

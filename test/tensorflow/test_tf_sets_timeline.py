@@ -36,9 +36,52 @@ def test_process_set_ops():
         hvd.remove_process_set(ps)
 
 
+@pytest.mark.skipif("hvd.size() < 2")
+def test_gradient_tape_on_a_process_set():
+    # Ranks outside the set keep their own gradients; members get the set's average.
+    ps = hvd.add_process_set([0, 1])
+    try:
+        x = tf.constant(float(hvd.rank()))
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = x * x
+        grad, = hvd.DistributedGradientTape(tape, process_set=ps).gradient(y, [x])
+        expected = 2.0 * (0 + 1) / 2 if hvd.rank() in (0, 1) else 2.0 * hvd.rank()
+        assert float(grad) == expected
+    finally:
+        hvd.remove_process_set(ps)
+
+
 def test_unregistered_process_set_refused():
     with pytest.raises(ValueError, match="not registered"):
         hvd.allreduce(tf.ones([1]), process_set=hvd.ProcessSet([0]))
+    fake = hvd.ProcessSet([0])
+    fake.process_set_id = 10  # an id no rank registered (Horovod's test does this)
+    with pytest.raises(ValueError, match="process set id 10 is not registered"):
+        hvd.allreduce(tf.ones([1]), process_set=fake)
+
+
+@pytest.mark.skipif("hvd.size() < 2")
+def test_broadcast_in_a_process_set_takes_a_global_root():
+    # The set of the odd ranks (or of rank 1 and the last): root_rank is a global rank, as
+    # in Horovod and tutti.torch, not a position in the set.
+    ranks = [r for r in range(hvd.size()) if r % 2 == 1] or [1]
+    if len(ranks) == 1 and hvd.size() > 2:
+        ranks.append(hvd.size() - 1)
+    ps = hvd.add_process_set(ranks)
+    try:
+        if hvd.rank() in ranks:
+            for root in ranks:
+                out = hvd.broadcast(tf.fill([3], float(hvd.rank())), root, process_set=ps,
+                                    name="set_broadcast.%d" % root)
+                np.testing.assert_array_equal(out.numpy(), float(root))
+                obj = hvd.broadcast_object({"from": hvd.rank()}, root_rank=root,
+                                           process_set=ps, name="set_object.%d" % root)
+                assert obj == {"from": root}
+            with pytest.raises(ValueError, match="root_rank 0 is not in the process set"):
+                hvd.broadcast(tf.ones([1]), 0, process_set=ps)
+    finally:
+        hvd.remove_process_set(ps)
 
 
 def test_timeline_carries_tensor_names():

@@ -154,8 +154,8 @@ def _make_allreduce_grads_fn(name, device_dense, device_sparse, compression, spa
             grads = [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g
                      for g in grads]
         index = [i for i, g in enumerate(grads) if g is not None]
-        if not index:
-            return grads
+        if not index or (process_set.process_set_id and not process_set.included()):
+            return grads  # a rank outside the set keeps its own gradients (as Horovod)
         prescale, postscale, reduce_op = 1.0, 1.0, op
         if gradient_predivide_factor != 1.0:
             reduce_op = Sum

@@ -80,6 +80,9 @@ def _process_set_id(process_set):
     if process_set.process_set_id is None:
         raise ValueError("process set %s is not registered: call hvd.add_process_set() on "
                          "every rank first" % process_set)
+    if process_set.process_set_id != 0 and process_set.process_set_id not in _registered:
+        raise ValueError("process set id %d is not registered on this rank (%s)"
+                         % (process_set.process_set_id, process_set))
     return process_set.process_set_id
 
 

@@ -83,8 +83,7 @@ def broadcast_object(obj, root_rank=0, session=None, name=None, process_set=glob
     """The picklable `obj` of `root_rank` on every rank of the set (eagerly, or in a
     TF1-style graph through `session`)."""
     name = name or "noname"  # the same on every rank (the root's obj may differ in type)
-    if _basics.rank() == root_rank or (process_set.process_set_id and
-                                       process_set.rank() == root_rank):
+    if _basics.rank() == root_rank:  # a global rank, as in every broadcast
         payload = _to_bytes_tensor(obj)
         size = tf.constant([int(payload.shape[0])], dtype=tf.int64)
     else:

@@ -171,10 +171,25 @@ def grouped_allgather(tensors, name=None, ignore_name_scope=False,
 
 # ---- broadcast -------------------------------------------------------------------------
 
+def _root_in_set(root_rank, process_set, what):
+    """The position in the process set of global rank `root_rank` (what the op takes)."""
+    set_id = _set_id(process_set)
+    root_rank = int(root_rank)
+    if set_id == 0:
+        return root_rank
+    ranks = list(_temp_process_set(set_id).ranks)
+    if root_rank not in ranks:
+        raise ValueError("%s: root_rank %d is not in the process set (ranks %s); root_rank "
+                         "is a global rank" % (what, root_rank, ranks))
+    return ranks.index(root_rank)
+
+
 def broadcast(tensor, root_rank, name=None, ignore_name_scope=False,
               process_set=global_process_set):
-    """`tensor` of rank `root_rank` (a rank within the set) on every rank of the set."""
-    return _lib.tutti_broadcast(tensor, root_rank=int(root_rank),
+    """`tensor` of global rank `root_rank` (a member of the set, as in Horovod) on every
+    rank of the set."""
+    return _lib.tutti_broadcast(tensor, root_rank=_root_in_set(root_rank, process_set,
+                                                               "broadcast"),
                                 process_set=_set_id(process_set),
                                 tensor_name=_op_name("broadcast", tensor, name))
 
@@ -186,7 +201,7 @@ def _broadcast_grad(op, grad):
     process_set = _temp_process_set(op.get_attr("process_set"))
     reduced = _allreduce(grad, op=Average, process_set=process_set)
     my_rank = process_set.rank() if process_set.process_set_id else _basics.rank()
-    if my_rank != op.get_attr("root_rank"):
+    if my_rank != op.get_attr("root_rank"):  # the op's root is a position in the set
         return reduced * 0
     return reduced
 
