@@ -34,6 +34,8 @@ from tutti.tensorflow.functions import (  # noqa: E402,F401
     broadcast_object_fn, broadcast_variables)
 from tutti.tensorflow.util import _executing_eagerly  # noqa: E402,F401
 from tutti.tensorflow import util  # noqa: E402,F401
+from tutti.tensorflow import elastic  # noqa: E402,F401  (docs/elastic.md)
+from tutti.tensorflow.elastic import HostsUpdatedInterrupt  # noqa: E402,F401
 
 from tutti.tensorflow import basics as _basics  # noqa: E402
 
