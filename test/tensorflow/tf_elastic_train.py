@@ -8,10 +8,12 @@ can recompute the model from the world sizes of the steps alone.
 --mode fit: Keras' model.fit (a tf.function) with tutti.keras.elastic's callbacks under
 hvd.elastic.run, each rank on its shard of the data.
 
-Every rank appends JSON lines to --log (rank 0 also each step's world size, commit and
-reset) and an "error" line for each error that ends a try of the training function (its
-class, whether it is a HorovodInternalError / a tf.errors.OpError). Each worker writes its
-final weights to --out/<worker>.npz.
+In tape mode the state also keeps `sizes`, the world size of every step the weights are
+made of: committed and restored with the rest, so a worker's final `sizes` is the schedule
+replay() needs. Every rank appends JSON lines to --log: "start" at each try of the training
+function, an "error" line for each error that ends one (its class, whether it is a
+HorovodInternalError / a tf.errors.OpError) and "done". Each worker writes its final weights
+to --out/<worker>.npz.
 """
 import argparse
 import json
@@ -118,8 +120,7 @@ def main():
     optimizer = keras.optimizers.SGD(args.lr)
 
     if args.mode == "tape":
-        state = hvd.elastic.TensorFlowKerasState(model, optimizer, batch=0)
-        state.register_reset_callbacks([lambda: note(event="reset", size=hvd.size())])
+        state = hvd.elastic.TensorFlowKerasState(model, optimizer, batch=0, sizes=[])
 
         @hvd.elastic.run
         @noting_errors
@@ -134,11 +135,8 @@ def main():
                 grads = tape.gradient(loss, model.trainable_variables)
                 optimizer.apply_gradients(zip(grads, model.trainable_variables))
                 state.batch += 1
-                if hvd.rank() == 0:
-                    note(event="step", size=hvd.size())
+                state.sizes = state.sizes + [hvd.size()]  # a new list: the saved one stays
                 if state.batch % args.commit_every == 0:
-                    if hvd.rank() == 0:
-                        note(event="commit")
                     state.commit()
     else:
         model.compile(optimizer=hk.DistributedOptimizer(optimizer), loss="mse",
@@ -163,7 +161,7 @@ def main():
 
     train(state)
     note(event="done", rank=hvd.rank(), size=hvd.size(), batch=state.batch,
-         epoch=getattr(state, "epoch", None))
+         epoch=getattr(state, "epoch", None), sizes=getattr(state, "sizes", None))
     np.savez(os.path.join(args.out, worker + ".npz"), *model.get_weights())
     hvd.shutdown()
 
