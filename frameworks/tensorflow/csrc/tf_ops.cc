@@ -83,9 +83,17 @@ bool toTuttiDtype(DataType dtype, tutti_dtype_t* out) {
   }
 }
 
+// Ends the message of an error an elastic job recovers from (tutti_status_recoverable: a peer
+// died, the job is being reset). TensorFlow raises an op's error as the tf.errors class of its
+// code, from eager ops and from tf.function calls alike, and keeps the message: tutti.tensorflow
+// finds this marker in it (tutti_tf_recoverable_marker) and raises HorovodInternalError, on
+// which hvd.elastic.run resets (docs/elastic.md).
+constexpr const char kRecoverableMarker[] = " [tutti: recoverable in an elastic job]";
+
 // A Tutti status as a TensorFlow error of the class Horovod raised for it.
 Status toStatus(tutti_status_t status, const std::string& what, const std::string& message) {
   std::string text = "tutti." + what + ": " + message;
+  if (tutti_status_recoverable(status)) text += kRecoverableMarker;
   switch (status) {
     case TUTTI_OK:
       return absl::OkStatus();
@@ -778,4 +786,9 @@ REGISTER_KERNEL_BUILDER(Name("TuttiBarrier").Device(tensorflow::DEVICE_CPU), Bar
 // wheel's headers leave TF_VERSION_STRING undefined: the build passes the probed version).
 extern "C" __attribute__((visibility("default"))) const char* tutti_tf_built_version() {
   return TUTTI_TF_BUILT_VERSION;
+}
+
+// The marker that ends the message of a recoverable error (kRecoverableMarker).
+extern "C" __attribute__((visibility("default"))) const char* tutti_tf_recoverable_marker() {
+  return tutti_tf::kRecoverableMarker;
 }

@@ -76,3 +76,4 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
 
 
 from tutti.keras import callbacks  # noqa: E402,F401
+from tutti.keras import elastic  # noqa: E402,F401  (docs/elastic.md)

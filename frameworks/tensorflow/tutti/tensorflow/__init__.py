@@ -35,6 +35,8 @@ from tutti.tensorflow.functions import (  # noqa: E402,F401
 from tutti.tensorflow.util import _executing_eagerly  # noqa: E402,F401
 from tutti.tensorflow.sync_batch_norm import SyncBatchNormalization  # noqa: E402,F401
 from tutti.tensorflow import util  # noqa: E402,F401
+from tutti.tensorflow import elastic  # noqa: E402,F401  (docs/elastic.md)
+from tutti.tensorflow.elastic import HostsUpdatedInterrupt  # noqa: E402,F401
 
 from tutti.tensorflow import basics as _basics  # noqa: E402
 

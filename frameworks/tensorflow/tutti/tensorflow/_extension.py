@@ -78,4 +78,11 @@ def load():
     capi.tutti_cpu_backend.restype = ctypes.c_char_p
     capi.tutti_status_string.restype = ctypes.c_char_p
     capi.tutti_status_string.argtypes = [ctypes.c_int]
+    # Elastic jobs (docs/elastic.md).
+    capi.tutti_status_recoverable.restype = ctypes.c_int
+    capi.tutti_status_recoverable.argtypes = [ctypes.c_int]
+    capi.tutti_hosts_updated.restype = ctypes.c_int
+    capi.tutti_hosts_updated.argtypes = [ctypes.POINTER(ctypes.c_int)]
+    capi.tutti_elastic_generation.restype = ctypes.c_int64
+    capi.tutti_tf_recoverable_marker.restype = ctypes.c_char_p
     return ops, capi

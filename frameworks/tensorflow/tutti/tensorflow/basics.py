@@ -3,7 +3,10 @@ over libtutti's C API."""
 
 import atexit
 import ctypes
+import functools
 import threading
+
+import tensorflow as tf
 
 from tutti.tensorflow._extension import load as _load
 
@@ -13,7 +16,11 @@ _NOT_INITIALIZED = "Tutti has not been initialized: call hvd.init() first"
 
 
 class TuttiError(RuntimeError):
-    """A failed Tutti call outside a TensorFlow op (ops raise tf.errors.OpError)."""
+    """A failed Tutti call outside a TensorFlow op (ops raise tf.errors.OpError), or an op's
+    error an elastic job recovers from (see internal_error). `recoverable`: whether
+    hvd.elastic.run resets on it."""
+
+    recoverable = True  # one a script raises itself, as Horovod takes it
 
 
 # Scripts written for Horovod catch this name around collectives.
@@ -24,7 +31,73 @@ def _check(status, what):
     if status != 0:
         detail = _capi.tutti_last_error().decode(errors="replace")
         code = _capi.tutti_status_string(status).decode()
-        raise TuttiError("%s: %s (%s)" % (what, detail or code, code))
+        error = TuttiError("%s: %s (%s)" % (what, detail or code, code))
+        error.recoverable = bool(_capi.tutti_status_recoverable(status))
+        raise error
+
+
+# How the op library ends the message of an error an elastic job recovers from (a peer died,
+# the job is being reset): TensorFlow raises every op error as the tf.errors class of its code.
+RECOVERABLE_MARKER = _capi.tutti_tf_recoverable_marker().decode()
+_internal_error_classes = {}
+
+
+def is_recoverable(error):
+    """Whether hvd.elastic.run resets on `error`: a HorovodInternalError that says so, or a
+    tf.errors.OpError of a Tutti op (raised by a tf.function, a Keras fit) whose message
+    carries RECOVERABLE_MARKER."""
+    if isinstance(error, TuttiError):
+        return bool(error.recoverable)
+    message = getattr(error, "message", None)
+    return isinstance(message, str) and RECOVERABLE_MARKER in message
+
+
+def internal_error(error):
+    """`error`, a tf.errors.OpError, as HorovodInternalError when it is recoverable: an
+    instance of a class derived from both its own class (tf.errors.AbortedError, ...) and
+    HorovodInternalError, so that handlers of either catch it. None when it is not."""
+    if isinstance(error, TuttiError) or not is_recoverable(error):
+        return None
+    base = type(error)
+    cls = _internal_error_classes.get(base)
+    if cls is None:
+        cls = type(base.__name__, (base, HorovodInternalError),
+                   {"__module__": __name__, "recoverable": True,
+                    "__doc__": "%s of a Tutti op that an elastic job recovers from "
+                               "(also a HorovodInternalError)." % base.__name__})
+        _internal_error_classes[base] = cls
+    converted = cls(error.node_def, error.op, error.message)
+    converted.recoverable = True
+    return converted
+
+
+def raises_internal_error(func):
+    """Decorator: a recoverable tf.errors.OpError that `func` raises comes out as
+    HorovodInternalError (internal_error); any other error as it was."""
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        try:
+            return func(*args, **kwargs)
+        except tf.errors.OpError as e:
+            converted = internal_error(e)
+            if converted is None:
+                raise
+            raise converted.with_traceback(e.__traceback__) from None
+
+    return wrapper
+
+
+def _elastic_generation():
+    """The launcher's generation this process joined; -1 before init and outside elastic
+    jobs."""
+    return int(_capi.tutti_elastic_generation())
+
+
+def _hosts_updated():
+    """Whether the launcher published a newer world than the one this process joined."""
+    updated = ctypes.c_int(0)
+    _check(_capi.tutti_hosts_updated(ctypes.byref(updated)), "hosts_updated")
+    return bool(updated.value)
 
 
 def _require_init(what):

@@ -16,6 +16,7 @@ def _assign_broadcast(variables, root_rank, process_set):
             for var in variables]
 
 
+@_basics.raises_internal_error
 def broadcast_variables(variables, root_rank, process_set=global_process_set, inplace=None):
     """Assigns every variable the value it has on `root_rank`. Works on tf.Variables and
     Keras 3 variables: eagerly (one traced function, so that the broadcasts run

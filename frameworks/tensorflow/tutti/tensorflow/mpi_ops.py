@@ -17,6 +17,10 @@ from tutti.tensorflow import basics as _basics
 from tutti.tensorflow.basics import ProcessSet, global_process_set
 
 _lib = _basics.ops
+# Eagerly, an op that fails because a peer died or the job is being reset raises
+# HorovodInternalError (basics.internal_error); inside a tf.function the error comes out of
+# the function's call, where hvd.elastic.run recognizes it.
+_raises_internal_error = _basics.raises_internal_error
 
 # The reduction ops (the same values as tutti.torch's; Tutti's C API tutti_reduce_op_t).
 Sum = 0
@@ -88,6 +92,7 @@ def _set_size(process_set):
 
 # ---- allreduce -------------------------------------------------------------------------
 
+@_raises_internal_error
 def _allreduce(tensor, name=None, op=Sum, prescale_factor=1.0, postscale_factor=1.0,
                ignore_name_scope=False, process_set=global_process_set):
     """Reduces `tensor` over the process set (default: sum). Every rank must use the same
@@ -117,6 +122,7 @@ def _grouped_names(kind, tensors, name):
     return ["%s.%s" % (kind, _normalize_name(t.name)) for t in tensors]
 
 
+@_raises_internal_error
 def _grouped_allreduce(tensors, name=None, op=Sum, prescale_factor=1.0, postscale_factor=1.0,
                        ignore_name_scope=False, process_set=global_process_set):
     """Reduces every tensor of the list in one negotiated group; returns a list."""
@@ -140,6 +146,7 @@ def _grouped_allreduce_grad(op, *grads):
 
 # ---- allgather -------------------------------------------------------------------------
 
+@_raises_internal_error
 def allgather(tensor, name=None, ignore_name_scope=False, process_set=global_process_set):
     """Concatenates `tensor` of every rank of the set on its first dimension (which may
     differ between ranks; the other dimensions must agree)."""
@@ -184,6 +191,7 @@ def _root_in_set(root_rank, process_set, what):
     return ranks.index(root_rank)
 
 
+@_raises_internal_error
 def broadcast(tensor, root_rank, name=None, ignore_name_scope=False,
               process_set=global_process_set):
     """`tensor` of global rank `root_rank` (a member of the set, as in Horovod) on every
@@ -208,6 +216,7 @@ def _broadcast_grad(op, grad):
 
 # ---- alltoall --------------------------------------------------------------------------
 
+@_raises_internal_error
 def alltoall(tensor, splits=None, name=None, ignore_name_scope=False,
              process_set=global_process_set):
     """Sends splits[i] rows of `tensor` to rank i (equal parts without splits) and
@@ -231,6 +240,7 @@ def _alltoall_grad(op, grad_wrt_output, grad_wrt_received_splits):
 
 # ---- reducescatter ---------------------------------------------------------------------
 
+@_raises_internal_error
 def _reducescatter(tensor, name=None, op=Sum, ignore_name_scope=False,
                    process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0):
     """Reduces `tensor` over the set and gives each rank its part of the first dimension."""
@@ -267,12 +277,14 @@ def _grouped_reducescatter(tensors, name=None, op=Sum, ignore_name_scope=False,
 
 # ---- join and barrier ------------------------------------------------------------------
 
+@_raises_internal_error
 def join(process_set=global_process_set):
     """This rank has no more data: until every rank joins it contributes zeros to the other
     ranks' allreduces. Returns the rank that joined last."""
     return _lib.tutti_join(process_set=_set_id(process_set))
 
 
+@_raises_internal_error
 def barrier(process_set=global_process_set):
     """Waits until every rank of the set has reached the barrier."""
     return _lib.tutti_barrier(process_set=_set_id(process_set))

@@ -4,113 +4,39 @@ import copy
 
 import torch
 
+from tutti import _elastic_common
+from tutti._elastic_common import HostsUpdatedInterrupt  # noqa: F401
 from tutti.torch import basics, functions, mpi_ops
 
 
-class HostsUpdatedInterrupt(RuntimeError):
-    """Raised by State.commit()/check_host_updates() on every rank at once when the launcher
-    has hosts to add or remove: run() then re-initializes on the new world and syncs.
-    `skip_sync` is False: Tutti always syncs after a reset."""
-
-    def __init__(self, skip_sync=False):
-        super().__init__("the job's hosts were updated; re-initializing on the new world")
-        self.skip_sync = skip_sync
+def _any_rank(flag):
+    out = mpi_ops.synchronize(mpi_ops.allreduce_async(
+        torch.tensor([flag], dtype=torch.int32), name="tutti.elastic.hosts_updated",
+        op=mpi_ops.Max))
+    return int(out[0])
 
 
 def _bcast_object(obj):
     return functions.broadcast_object(obj, root_rank=0, name="tutti.elastic.state")
 
 
-class _HostUpdates:
-    """`State._host_messages`: what Horovod's State keeps as a queue of the launcher's host
-    notices, which scripts written for it (Horovod's own elastic tests among them) poll with
-    empty(). Here empty() asks the launcher whether it published a newer world."""
-
-    def empty(self):
-        if basics._C.elastic_generation() < 0:
-            return True
-        return not basics._C.hosts_updated()
+FRAMEWORK = _elastic_common.Framework(
+    "tutti.torch", shutdown=lambda: basics.shutdown(), init=lambda: basics.init(),
+    errors=[basics.HorovodInternalError], recoverable=_elastic_common.recoverable_attribute,
+    generation=lambda: basics._C.elastic_generation(),
+    hosts_updated=lambda: basics._C.hosts_updated(), any_rank=_any_rank,
+    bcast_object=_bcast_object)
 
 
-class State:
-    """In-memory state of an elastic job, kept the same on every worker.
+class State(_elastic_common.State):
+    """In-memory state of an elastic job (tutti._elastic_common.State), over tutti.torch."""
 
-    save() copies it to host memory, restore() returns to the last save, sync() sends rank 0's
-    to every worker; commit() = save() + check_host_updates(). Subclasses define those three;
-    reset() runs after a reset, before sync()."""
-
-    def __init__(self):
-        self._reset_callbacks = []
-        self._host_messages = _HostUpdates()
-        self._last_updated_timestamp = 0  # Horovod's; kept for scripts that reset it
-
-    def register_reset_callbacks(self, callbacks):
-        """Functions called (no arguments) after every reset, e.g. to rescale the learning
-        rate to the new world size."""
-        self._reset_callbacks.extend(callbacks)
-
-    def on_reset(self):
-        self.reset()
-        for callback in self._reset_callbacks:
-            callback()
-
-    def commit(self):
-        """Saves the state, then raises HostsUpdatedInterrupt if hosts changed. Each commit
-        costs a copy and one small collective: commit every few batches, not every one."""
-        self.save()
-        self.check_host_updates()
-
-    def check_host_updates(self):
-        """Raises HostsUpdatedInterrupt, on every rank together, when the launcher has
-        published a new world (asks its rendezvous server; rank agreement by allreduce).
-        Outside an elastic job (plain tuttirun, mpirun) no new world comes: it returns."""
-        if basics._C.elastic_generation() < 0:
-            return
-        local = 1 if basics._C.hosts_updated() else 0
-        flag = mpi_ops.synchronize(mpi_ops.allreduce_async(
-            torch.tensor([local], dtype=torch.int32), name="tutti.elastic.hosts_updated",
-            op=mpi_ops.Max))
-        if int(flag[0]) != 0:
-            raise HostsUpdatedInterrupt(False)
-
-    def save(self):
-        raise NotImplementedError("State.save(): subclasses say what to save")
-
-    def restore(self):
-        raise NotImplementedError("State.restore(): subclasses say what to restore")
-
-    def sync(self):
-        raise NotImplementedError("State.sync(): subclasses say what to sync")
-
-    def reset(self):
-        pass
+    _framework = FRAMEWORK
 
 
-class ObjectState(State):
-    """State of plain Python objects, given as keyword arguments and kept as attributes
-    (epoch=0, batch=0): saved by value, synced with broadcast_object from rank 0."""
-
-    def __init__(self, bcast_object=None, get_rank=None, **kwargs):
-        # bcast_object/get_rank: Horovod's signature; Tutti's own are used when None.
-        self._bcast = bcast_object or _bcast_object
-        self._saved_state = kwargs
-        self._set_attrs()
-        super().__init__()
-
-    def save(self):
-        self._saved_state = {k: getattr(self, k) for k in self._saved_state}
-
-    def restore(self):
-        self._set_attrs()
-
-    def sync(self):
-        if self._saved_state:
-            self._saved_state = self._bcast(self._saved_state)
-            self._set_attrs()
-
-    def _set_attrs(self):
-        for key, value in self._saved_state.items():
-            setattr(self, key, value)
+class ObjectState(_elastic_common.ObjectState, State):
+    """State of plain Python objects given as keyword arguments (epoch=0, batch=0; see
+    tutti._elastic_common.ObjectState), over tutti.torch."""
 
 
 class _Handler:
