@@ -85,12 +85,26 @@ def test_gradients_are_averaged_before_apply(jit_compile, compression):
     np.testing.assert_allclose(model.get_weights()[0].ravel(), [expected], rtol=1e-6)
 
 
+def test_gradients_are_reduced_before_clipping():
+    # Gradients 1..n over the ranks, clipped at a value above their mean and below the
+    # largest: reduced first, the update is the mean, unclipped.
+    n = hvd.size()
+    mean = (n + 1) / 2.0
+    model = _linear()
+    opt = hvd.DistributedOptimizer(keras.optimizers.SGD(1.0, clipvalue=mean + 0.25))
+    model.compile(optimizer=opt, loss=_dot_loss)
+    model.fit(np.ones((1, 1), "float32"), np.full((1, 1), float(hvd.rank() + 1), "float32"),
+              batch_size=1, epochs=1, verbose=0)
+    np.testing.assert_allclose(model.get_weights()[0].ravel(), [-mean], rtol=1e-6)
+
+
+@pytest.mark.parametrize("jit_compile", [True, False] if BACKEND == "jax" else [False])
 @pytest.mark.parametrize("average", [False, True])
-def test_backward_passes_per_step_reduces_once_per_steps(average):
+def test_backward_passes_per_step_reduces_once_per_steps(average, jit_compile):
     model = _linear()
     opt = hvd.DistributedOptimizer(keras.optimizers.SGD(1.0), backward_passes_per_step=2,
                                    average_aggregated_gradients=average)
-    model.compile(optimizer=opt, loss=_dot_loss)
+    model.compile(optimizer=opt, loss=_dot_loss, jit_compile=jit_compile)
     x = np.ones((4, 1), "float32")
     y = np.full((4, 1), float(hvd.rank() + 1), "float32")
     before = allreduced_tensors()
