@@ -1,13 +1,10 @@
-"""Keras 3 callbacks for data-parallel training (horovod.keras.callbacks)."""
-
-import warnings
+"""Keras 3 callbacks for data-parallel training (horovod.keras.callbacks), the same on every
+Keras backend: the collectives come from the backend layer tutti.keras picked."""
 
 import keras
 import numpy as np
-import tensorflow as tf
 
-from tutti.tensorflow import Average, allreduce, broadcast_variables, size
-from tutti.tensorflow.basics import global_process_set
+from tutti.keras import _backend
 
 
 def _optimizer_variables(model):
@@ -17,40 +14,28 @@ def _optimizer_variables(model):
     return list(optimizer.variables)
 
 
-def _without_xla(model):
-    """Tutti's collectives have no XLA kernel: a train function compiled with XLA
-    (jit_compile=True, or Keras' "auto" where TensorFlow sees a GPU) cannot run the
-    DistributedOptimizer's allreduce. Rebuilds it without XLA, with a warning."""
-    if getattr(model, "run_eagerly", False) or not getattr(model, "jit_compile", False):
-        return
-    warnings.warn(
-        "tutti.keras: the model was compiled with XLA (jit_compile=True, or jit_compile="
-        "\"auto\" where TensorFlow sees a GPU), but Tutti's collectives have no XLA kernel; "
-        "training runs with jit_compile=False. Pass jit_compile=False to model.compile() to "
-        "silence this.", stacklevel=2)
-    model.jit_compile = False
-    model.make_train_function(force=True)
-
-
 class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
     """Makes every rank start from the weights and optimizer state of `root_rank`: broadcasts
     them when training begins, and again after the first batch (which builds what a lazily
     built optimizer had not), as Horovod does."""
 
-    def __init__(self, root_rank, device="", process_set=global_process_set):
+    def __init__(self, root_rank, device="", process_set=None):
         super().__init__()
         self.root_rank = root_rank
-        self.process_set = process_set
+        self.process_set = _backend.global_process_set if process_set is None else process_set
         self.broadcast_done = False
 
     def _broadcast(self):
-        broadcast_variables(self.model.variables, self.root_rank, process_set=self.process_set)
+        _backend.sync_model(self.model)
+        _backend.broadcast_variables(self.model.variables, self.root_rank,
+                                     process_set=self.process_set)
         opt_vars = _optimizer_variables(self.model)
         if opt_vars:
-            broadcast_variables(opt_vars, self.root_rank, process_set=self.process_set)
+            _backend.broadcast_variables(opt_vars, self.root_rank,
+                                         process_set=self.process_set)
 
     def on_train_begin(self, logs=None):
-        _without_xla(self.model)
+        _backend.prepare_model(self.model)
         self._broadcast()
 
     def on_batch_end(self, batch, logs=None):
@@ -65,27 +50,33 @@ class MetricAverageCallback(keras.callbacks.Callback):
     every rank reports (and later callbacks see) the same values. Put it before callbacks
     that read metrics (ReduceLROnPlateau, checkpoints)."""
 
-    def __init__(self, device="", process_set=global_process_set):
+    def __init__(self, device="", process_set=None):
         super().__init__()
-        self.process_set = process_set
+        self.process_set = _backend.global_process_set if process_set is None else process_set
 
     def on_train_begin(self, logs=None):
-        _without_xla(self.model)
+        _backend.prepare_model(self.model)
 
     def on_epoch_end(self, epoch, logs=None):
         if not logs:
             return
-        for key in sorted(logs):
-            value = logs[key]
-            if isinstance(value, (int, float, np.floating, np.integer)) or (
-                    hasattr(value, "shape") and np.ndim(value) == 0):
-                reduced = allreduce(tf.constant(float(value), dtype=tf.float64), op=Average,
-                                    name="metric_average.%s" % key,
-                                    process_set=self.process_set)
-                logs[key] = float(reduced.numpy())
+        keys = [key for key in sorted(logs)
+                if isinstance(logs[key], (int, float, np.floating, np.integer)) or (
+                    hasattr(logs[key], "shape") and np.ndim(logs[key]) == 0)]
+        if not keys:
+            return
+        values = np.array([float(logs[key]) for key in keys], np.float64)
+        averaged = _backend.average_scalars(values, "keras.metric_average",
+                                            self.process_set)
+        for key, value in zip(keys, averaged):
+            logs[key] = float(value)
 
 
-def _set_lr(optimizer, value):
+def _set_lr(model, value):
+    # On jax, during fit the optimizer's learning rate lives in the trainer's state: written
+    # back first, the assigned value is what the next step reads.
+    _backend.sync_model(model)
+    optimizer = model.optimizer
     lr = optimizer.learning_rate
     if hasattr(lr, "assign"):
         lr.assign(value)
@@ -117,7 +108,7 @@ class LearningRateScheduleCallback(keras.callbacks.Callback):
         return epoch >= self.start_epoch and (self.end_epoch is None or epoch < self.end_epoch)
 
     def _adjust(self, epoch):
-        _set_lr(self.model.optimizer, self.initial_lr * self.multiplier(epoch))
+        _set_lr(self.model, self.initial_lr * self.multiplier(epoch))
 
     def on_epoch_begin(self, epoch, logs=None):
         self.current_epoch = epoch
@@ -146,7 +137,8 @@ class LearningRateWarmupCallback(LearningRateScheduleCallback):
                  steps_per_epoch=None, verbose=0):
         def multiplier(epoch):
             epoch += 1.0 / self.steps_per_epoch if self.steps_per_epoch else 0.0
-            return 1.0 / size() * (epoch * (size() - 1) / warmup_epochs + 1)
+            n = _backend.size()
+            return 1.0 / n * (epoch * (n - 1) / warmup_epochs + 1)
 
         super().__init__(initial_lr, multiplier, start_epoch=0, end_epoch=warmup_epochs,
                          staircase=steps_per_epoch is None,
