@@ -228,8 +228,15 @@ def test_process_set_object(mode, rank, size):
             out = run(mode, functools.partial(tj.allreduce, op=tj.Sum, process_set=ps),
                       jnp.full(2, float(rank)))
             np.testing.assert_allclose(np.asarray(out), float(sum(members)))
-            assert tj.broadcast_object(rank, root_rank=ps.size() - 1, process_set=ps) == \
+            # root_rank is a global rank, as in tutti.torch and tutti.tensorflow
+            assert tj.broadcast_object(rank, root_rank=members[-1], process_set=ps) == \
                 members[-1]
+            out = run(mode, functools.partial(tj.broadcast, root_rank=members[-1],
+                                              process_set=ps), jnp.full(2, float(rank)))
+            np.testing.assert_allclose(np.asarray(out), float(members[-1]))
+            if 0 not in members:
+                with pytest.raises(ValueError, match="root_rank 0 is not in the process set"):
+                    tj.broadcast(jnp.ones(2), 0, process_set=ps)
         assert int(run(mode, functools.partial(tj.allreduce, op=tj.Sum,
                                                process_set=tj.global_process_set),
                        jnp.int32(1))) == size

@@ -58,6 +58,7 @@ def shutdown():
     for obj in _registered.values():
         obj.process_set_id = None
     _registered.clear()
+    _set_ranks.clear()
 
 
 def is_initialized():
@@ -144,6 +145,7 @@ class ProcessSet:
 global_process_set = ProcessSet([])
 global_process_set.process_set_id = 0
 _registered = {}  # id -> ProcessSet registered through a ProcessSet object
+_set_ranks = {}  # id -> the set's global ranks, however it was registered
 
 
 def add_process_set(ranks):
@@ -160,6 +162,7 @@ def add_process_set(ranks):
     out = _lib.ctypes.c_int(0)
     _lib.check(_lib.lib.tutti_add_process_set(arr, len(rs), _lib.ctypes.byref(out)),
                "add_process_set(%s)" % rs)
+    _set_ranks[out.value] = list(rs)
     if obj is None:
         return out.value
     obj.process_set_id = out.value
@@ -172,6 +175,7 @@ def remove_process_set(process_set):
     ps = _set_id(process_set)
     _lib.check(_lib.lib.tutti_remove_process_set(ps), "remove_process_set(%d)" % ps)
     obj = _registered.pop(ps, None)
+    _set_ranks.pop(ps, None)
     if obj is not None:
         obj.process_set_id = None
     if isinstance(process_set, ProcessSet):
@@ -196,6 +200,23 @@ def _set_rank(ps):
 
 def _set_size(ps):
     return size() if ps == 0 else _lib.lib.tutti_process_set_size(ps)
+
+
+def _root_in_set(root_rank, ps, what):
+    """The position in process set `ps` of global rank `root_rank` (as Horovod, tutti.torch
+    and tutti.tensorflow take it). A root outside the global set is left for the runtime to
+    refuse on every rank."""
+    root_rank = int(root_rank)
+    if ps == 0:
+        return root_rank
+    ranks = _set_ranks.get(ps)
+    if ranks is None:
+        raise ValueError("tutti.jax.%s: process set %d is not registered on this rank"
+                         % (what, ps))
+    if root_rank not in ranks:
+        raise ValueError("tutti.jax.%s: root_rank %d is not in the process set (ranks %s); "
+                         "root_rank is a global rank" % (what, root_rank, ranks))
+    return ranks.index(root_rank)
 
 
 # ---- helpers ----
@@ -464,14 +485,15 @@ def _broadcast_traced(x, root, name, ps):
 
 
 def broadcast(tensor, root_rank: int, name: Optional[str] = None, process_set=0):
-    """Returns the root's `tensor` on every rank (root_rank: the rank within the process set).
-    Differentiable; inside jax.jit and under vmap."""
+    """Returns the root's `tensor` on every rank of the set (root_rank: a global rank, a
+    member of the set). Differentiable; inside jax.jit and under vmap."""
     _require_init("broadcast")
     _check_dtype(tensor, "broadcast", name)
     ps = _set_id(process_set)
+    root = _root_in_set(root_rank, ps, "broadcast")
     if not _is_traced(tensor):
-        return jnp.asarray(_broadcast_host(tensor, int(root_rank), name, ps))
-    return _broadcast_traced(tensor, int(root_rank), _traced_name("broadcast", name, ps), ps)
+        return jnp.asarray(_broadcast_host(tensor, root, name, ps))
+    return _broadcast_traced(tensor, root, _traced_name("broadcast", name, ps), ps)
 
 
 # ---- allgather ----
@@ -709,17 +731,19 @@ def join(process_set=0, timeout_seconds: float = -1.0):
 
 # ---- Python objects ----
 def broadcast_object(obj, root_rank: int = 0, name: Optional[str] = None, process_set=0):
-    """The root's picklable `obj` on every rank (host only)."""
+    """The root's picklable `obj` on every rank of the set (root_rank: a global rank; host
+    only)."""
     _require_init("broadcast_object")
     ps = _set_id(process_set)
+    root = _root_in_set(root_rank, ps, "broadcast_object")
     name = name or "jax.broadcast_object"
-    data = np.frombuffer(pickle.dumps(obj), dtype=np.uint8) if _set_rank(ps) == root_rank \
+    data = np.frombuffer(pickle.dumps(obj), dtype=np.uint8) if _set_rank(ps) == root \
         else np.zeros(0, dtype=np.uint8)
-    n = int(_broadcast_host(np.array([data.size], dtype=np.int64), root_rank,
+    n = int(_broadcast_host(np.array([data.size], dtype=np.int64), root,
                             name + ".size", ps)[0])
-    if _set_rank(ps) != root_rank:
+    if _set_rank(ps) != root:
         data = np.zeros(n, dtype=np.uint8)
-    data = np.asarray(_broadcast_host(data, root_rank, name + ".data", ps))
+    data = np.asarray(_broadcast_host(data, root, name + ".data", ps))
     return pickle.loads(data.tobytes())
 
 
