@@ -243,9 +243,23 @@ def DistributedOptimizer(optimizer, name=None, use_locking=False, device_dense="
                          gradient_predivide_factor=1.0, average_aggregated_gradients=False,
                          num_groups=0, groups=None, process_set=global_process_set,
                          scale_local_gradients=True):
-    """Wraps a Keras 3 optimizer (horovod.tensorflow's DistributedOptimizer for Keras
-    optimizers): see tutti.keras.DistributedOptimizer. TF1 tf.compat.v1 optimizers are not
-    supported."""
+    """Wraps an optimizer so that the gradients are reduced over the process set before they
+    are applied: a Keras optimizer (see tutti.keras.DistributedOptimizer), or a TF1-style
+    tf.compat.v1.train.Optimizer, whose compute_gradients() then returns the reduced
+    gradients (horovod.tensorflow's _DistributedOptimizer)."""
+    if isinstance(optimizer, tf.compat.v1.train.Optimizer):
+        from tutti.tensorflow.legacy_optimizer import _LegacyDistributedOptimizer
+        if backward_passes_per_step < 1:
+            raise ValueError("backward_passes_per_step must be >= 1, got %r"
+                             % (backward_passes_per_step,))
+        name = name or "Distributed%s" % type(optimizer).__name__
+        return _LegacyDistributedOptimizer(
+            optimizer, name, use_locking,
+            _make_allreduce_grads_fn(name, device_dense, device_sparse, compression,
+                                     sparse_as_dense, op, gradient_predivide_factor, groups,
+                                     process_set),
+            _process_set_size, process_set, sparse_as_dense, backward_passes_per_step,
+            average_aggregated_gradients, scale_local_gradients)
     from tutti.keras import DistributedOptimizer as _keras_distributed
     return _keras_distributed(optimizer, name=name, device_dense=device_dense,
                               device_sparse=device_sparse, compression=compression,
