@@ -10,6 +10,14 @@ gradients over the ranks (Tutti: one grouped allreduce; the strategy: its replic
 all_reduce of the gradient list, which it packs), plain SGD update. The two take turns (Tutti, strategy, Tutti, ...) so that
 load on a shared machine hits both alike; figures are medians over the timed iterations.
 
+The frameworks `tutti-fit` and `local-fit` train the same model the Keras way instead:
+compiled with plain SGD and stepped with `train_on_batch` (Keras' compiled train function,
+what `model.fit` runs per batch), with tutti.keras' DistributedOptimizer, and alone with no
+communication at all (the compute's floor: the step minus it is the communication overhead).
+The strategy has no Keras counterpart here: Keras 3's `fit` and `train_on_batch` fail under
+MultiWorkerMirroredStrategy (keras-team/keras issue 20585, open since TensorFlow 2.16;
+TensorFlow 2.21 with Keras 3.15 fails the same way), so `mwms` is its only form.
+
     tuttirun -np 2 python bench/tf_throughput.py
     mpirun -np 4 --oversubscribe python frameworks/tensorflow/bench/tf_throughput.py --model mlp
 
@@ -29,12 +37,15 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
+FRAMEWORKS = ("tutti", "mwms", "tutti-fit", "local-fit")
+
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", choices=["cnn", "mlp", "all"], default="all")
     p.add_argument("--frameworks", default="tutti,mwms",
-                   help="comma-separated, from: tutti, mwms (default both, alternating)")
+                   help="comma-separated, from: %s (default tutti,mwms; they alternate)"
+                        % ", ".join(FRAMEWORKS))
     p.add_argument("--batch-size", type=int, default=0,
                    help="per rank (default: 32 for cnn, 64 for mlp)")
     p.add_argument("--num-warmup-batches", type=int, default=3)
@@ -50,8 +61,9 @@ def parse_args(argv=None):
     args = p.parse_args(argv)
     args.frameworks = [f for f in args.frameworks.split(",") if f]
     for f in args.frameworks:
-        if f not in ("tutti", "mwms"):
-            p.error("--frameworks: unknown framework %r (expected tutti, mwms)" % f)
+        if f not in FRAMEWORKS:
+            p.error("--frameworks: unknown framework %r (expected one of %s)"
+                    % (f, ", ".join(FRAMEWORKS)))
     return args
 
 
@@ -116,10 +128,24 @@ def synthetic(tf, kind, batch, args, rank):
     return g.uniform(shape), g.uniform([batch], maxval=10, dtype=tf.int64)
 
 
+def fit_step(name, keras, kind, args, x, y):
+    """A step of Keras' own compiled train function (train_on_batch, as model.fit runs it):
+    with tutti.keras' DistributedOptimizer, or with no communication."""
+    model = build_model(keras, kind, args)
+    opt = keras.optimizers.SGD(0.01)
+    if name == "tutti-fit":
+        import tutti.keras as hk
+        opt = hk.DistributedOptimizer(opt)
+    model.compile(optimizer=opt, jit_compile=False,
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    return (lambda: model.train_on_batch(x, y, return_dict=False)), model
+
+
 def main():
     args = parse_args()
     rank, size = launcher_rank_size()
-    if "mwms" in args.frameworks:
+    uses_mwms = any(f.startswith("mwms") for f in args.frameworks)
+    if uses_mwms:
         directory = args.rendezvous or "/tmp/tutti-tf-bench-%d" % os.getppid()
         set_tf_config(rank, size, directory)
 
@@ -130,7 +156,7 @@ def main():
     tf.config.threading.set_inter_op_parallelism_threads(2)
     # The strategy configures TensorFlow's collective runtime: before any other op runs.
     strategy = None
-    if "mwms" in args.frameworks:
+    if uses_mwms:
         options = tf.distribute.experimental.CommunicationOptions(
             implementation=tf.distribute.experimental.CommunicationImplementation.RING)
         strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
@@ -182,6 +208,9 @@ def main():
                 return strategy.run(replica_step)
 
             steps["mwms"], models["mwms"] = mwms_step, model
+        for name in ("tutti-fit", "local-fit"):
+            if name in args.frameworks:
+                steps[name], models[name] = fit_step(name, keras, kind, args, x, y)
         for step in steps.values():
             for _ in range(args.num_warmup_batches):
                 step()
@@ -192,7 +221,7 @@ def main():
                 for _ in range(args.num_batches_per_iter):
                     loss = step()
                 float(tf.reduce_sum(strategy.experimental_local_results(loss)[0])
-                      if name == "mwms" else loss)  # wait for the last step
+                      if name == "mwms" else tf.reduce_sum(loss))  # wait for the last step
                 per_iter[name].append((time.perf_counter() - start) / args.num_batches_per_iter)
         row = {"model": kind, "ranks": size, "batch": batch,
                "params": int(sum(v.shape.num_elements()
@@ -205,12 +234,16 @@ def main():
             flat = tf.concat([tf.reshape(tf.convert_to_tensor(v), [-1])
                               for v in models[name].trainable_variables], 0)
             gathered = hvd.allgather(tf.reshape(flat, [1, -1]), name="check.%s.%s" % (kind, name))
-            if not bool(tf.reduce_all(gathered == gathered[0])):
+            if name != "local-fit" and not bool(tf.reduce_all(gathered == gathered[0])):
                 print("tf_throughput: %s/%s: the ranks' weights differ" % (kind, name),
                       file=sys.stderr)
                 failed = True
         if "tutti_step_ms" in row and "mwms_step_ms" in row:
             row["tutti_vs_mwms_step_time"] = row["tutti_step_ms"] / row["mwms_step_ms"]
+        if "tutti-fit_step_ms" in row and "mwms_step_ms" in row:
+            row["tutti_fit_vs_mwms_step_time"] = row["tutti-fit_step_ms"] / row["mwms_step_ms"]
+        if "tutti-fit_step_ms" in row and "local-fit_step_ms" in row:
+            row["tutti-fit_comm_ms"] = row["tutti-fit_step_ms"] - row["local-fit_step_ms"]
         results.append(row)
         if rank == 0:
             text = "%s (%d tensors, %d parameters), %d ranks, batch %d/rank:" % (
@@ -220,6 +253,10 @@ def main():
                     name, row[name + "_step_ms"], row[name + "_samples_per_s"])
             if "tutti_vs_mwms_step_time" in row:
                 text += "  Tutti/strategy step time %.2f" % row["tutti_vs_mwms_step_time"]
+            if "tutti_fit_vs_mwms_step_time" in row:
+                text += "  Keras fit step/strategy step %.2f" % row["tutti_fit_vs_mwms_step_time"]
+            if "tutti-fit_comm_ms" in row:
+                text += "  tutti-fit comm %.1f ms" % row["tutti-fit_comm_ms"]
             print(text, flush=True)
     if rank == 0 and args.json:
         with open(args.json, "w") as f:
