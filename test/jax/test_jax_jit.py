@@ -302,3 +302,27 @@ def test_barrier_in_jit_waits(rank, size):
     assert int(wait(jnp.int32(1))) == 2
     if size > 1 and rank != 0:
         assert time.monotonic() - t0 > 0.2  # waited for rank 0
+
+
+def test_allreduce_of_an_intermediate_runs_in_place(rank, size):
+    # allreduce, grouped_allreduce and broadcast let XLA give them one buffer for operand and
+    # result (no fresh output buffer for a gradient); the operand the caller keeps is intact.
+    def step(x):
+        g = x * 2.0
+        a = tj.allreduce(g, op=tj.Sum, name="inplace.a")
+        b, c = tj.grouped_allreduce([g + 1.0, g - 1.0], op=tj.Sum, name="inplace.g")
+        d = tj.broadcast(g * 3.0, 0, name="inplace.b")
+        return a, b, c, d
+
+    compiled = jax.jit(step).lower(jnp.ones(3)).compile().as_text()
+    calls = [line for line in compiled.splitlines()
+             if "custom_call_target=\"tutti_" in line]
+    assert len(calls) == 3 and all("output_to_operand_aliasing" in c for c in calls), calls
+    x = jnp.arange(3.0) + rank
+    a, b, c, d = jax.jit(step)(x)
+    total = sum(np.arange(3.0) + r for r in range(size)) * 2.0
+    np.testing.assert_allclose(np.asarray(a), total)
+    np.testing.assert_allclose(np.asarray(b), total + size)
+    np.testing.assert_allclose(np.asarray(c), total - size)
+    np.testing.assert_allclose(np.asarray(d), np.arange(3.0) * 6.0)
+    np.testing.assert_allclose(np.asarray(x), np.arange(3.0) + rank)  # the caller's operand

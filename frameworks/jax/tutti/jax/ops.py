@@ -272,7 +272,7 @@ def _tracing():
     return eval_trace is None or not isinstance(trace, eval_trace)
 
 
-def _ffi(target, out, vmap_method=None):
+def _ffi(target, out, vmap_method=None, in_place=False):
     """The custom call of `target`, returning a function of (*operands, **attrs) -> outputs.
 
     Every call also takes and returns an int32 ordering token: the output token of the
@@ -280,12 +280,19 @@ def _ffi(target, out, vmap_method=None):
     makes XLA issue the ops in trace order (XLA's CPU runtime runs a jitted function's custom
     calls one at a time, each to completion, in an order of its choosing among independent
     ones; ranks whose programs differ slightly could otherwise pick different orders and wait
-    for each other). has_side_effect keeps ops whose result is unused."""
+    for each other). has_side_effect keeps ops whose result is unused.
+
+    in_place: each data operand (after the token) may share its buffer with the output of the
+    same position (input_output_aliases), as torch's allreduce_ does: where the operand is an
+    intermediate value (a gradient in a training step) XLA hands the op one buffer and
+    allocates no output (fresh memory is slow to touch here); where XLA must keep the operand
+    it copies it first. Only for ops whose outputs have their inputs' shapes."""
     _lib.register_ffi_targets()
     multiple = isinstance(out, (list, tuple))
     outs = [jax.ShapeDtypeStruct((), jnp.int32)] + (list(out) if multiple else [out])
+    aliases = {i: i for i in range(1, len(outs))} if in_place else None
     call = jax.ffi.ffi_call("tutti_" + target, outs, has_side_effect=True,
-                            vmap_method=vmap_method)
+                            vmap_method=vmap_method, input_output_aliases=aliases)
 
     def run(tok, *operands, **attrs):
         results = call(tok, *operands, **attrs)
@@ -341,7 +348,8 @@ def _ordered(f, *args):
 
 
 def _allreduce_ffi(tok, x, name, op, prescale, postscale, ps):
-    return _ffi("allreduce", jax.ShapeDtypeStruct(x.shape, x.dtype), "broadcast_all")(
+    return _ffi("allreduce", jax.ShapeDtypeStruct(x.shape, x.dtype), "broadcast_all",
+                in_place=True)(
         tok, x, name=name, op=np.int64(op), prescale=np.float64(prescale),
         postscale=np.float64(postscale), process_set=np.int64(ps))
 
@@ -403,7 +411,7 @@ def _grouped_host(xs, names, op, prescale, postscale, ps):
 
 def _grouped_ffi(tok, xs, names, op, prescale, postscale, ps):
     outs = [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in xs]
-    return _ffi("grouped_allreduce", outs, "broadcast_all")(
+    return _ffi("grouped_allreduce", outs, "broadcast_all", in_place=True)(
         tok, *xs, names="\n".join(names), op=np.int64(op), prescale=np.float64(prescale),
         postscale=np.float64(postscale), process_set=np.int64(ps))
 
@@ -467,7 +475,8 @@ def _broadcast_host(x, root, name, ps):
 def _broadcast_traced(x, root, name, ps):
     @jax.custom_vjp
     def f(x, tok):
-        tok, y = _ffi("broadcast", jax.ShapeDtypeStruct(x.shape, x.dtype), "broadcast_all")(
+        tok, y = _ffi("broadcast", jax.ShapeDtypeStruct(x.shape, x.dtype), "broadcast_all",
+                      in_place=True)(
             tok, x, name=name, root=np.int64(root), process_set=np.int64(ps))
         return y, tok
 
