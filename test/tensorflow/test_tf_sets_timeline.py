@@ -52,6 +52,24 @@ def test_gradient_tape_on_a_process_set():
         hvd.remove_process_set(ps)
 
 
+def test_process_set_ids_ranks_and_names():
+    from tutti.tensorflow import basics
+    n = hvd.size()
+    assert basics._get_process_set_ids_and_ranks() == {0: list(range(n))}
+    assert str(hvd.global_process_set) == \
+        "ProcessSet(process_set_id=0, ranks=%s, mpi_comm=None)" % list(range(n))
+    ps = hvd.add_process_set([0])
+    try:
+        assert basics._get_process_set_ids_and_ranks() == {0: list(range(n)),
+                                                           ps.process_set_id: [0]}
+        assert str(ps) == "ProcessSet(process_set_id=%d, ranks=[0], mpi_comm=None)" % (
+            ps.process_set_id)
+    finally:
+        assert hvd.remove_process_set(ps)
+    assert basics._get_process_set_ids_and_ranks() == {0: list(range(n))}
+    assert not hvd.remove_process_set(hvd.global_process_set)
+
+
 def test_unregistered_process_set_refused():
     with pytest.raises(ValueError, match="not registered"):
         hvd.allreduce(tf.ones([1]), process_set=hvd.ProcessSet([0]))

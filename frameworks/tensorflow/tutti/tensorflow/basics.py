@@ -134,7 +134,13 @@ class ProcessSet:
         return _capi.tutti_process_set_rank(self.process_set_id) >= 0
 
     def __str__(self):
-        return "ProcessSet(process_set_id=%s, ranks=%s)" % (self.process_set_id, self.ranks)
+        # Horovod's form (mpi_comm is always None: Tutti takes no MPI communicators); the
+        # global set lists every rank once Tutti runs.
+        ranks = self.ranks
+        if self.process_set_id == 0 and _capi.tutti_is_initialized():
+            ranks = list(range(size()))
+        return "ProcessSet(process_set_id=%s, ranks=%s, mpi_comm=None)" % (
+            self.process_set_id, ranks)
 
     __repr__ = __str__
 
@@ -173,6 +179,16 @@ def add_process_set(process_set):
     with _lock:
         _registered[set_id.value] = process_set
     return process_set
+
+
+def _get_process_set_ids_and_ranks():
+    """{id: ranks} of every process set registered on this rank, the global one (0) included
+    (horovod.tensorflow's internal of the same name, which Horovod's tests read)."""
+    _require_init("_get_process_set_ids_and_ranks")
+    with _lock:
+        out = {set_id: list(ps.ranks) for set_id, ps in _registered.items()}
+    out[0] = list(range(size()))
+    return out
 
 
 def remove_process_set(process_set):
