@@ -178,6 +178,32 @@ def test_mismatched_collectives_are_an_error_on_every_rank(tmp_path):
         assert "c10d.0.1" in line and "collective 1 " in line, line  # by its number
 
 
+def test_groups_of_some_ranks_at_3_ranks():
+    """new_group, new_subgroups_by_enumeration (a group of one rank), DeviceMesh (3,) and
+    (1, 3), destroying a group, monitored_barrier passing and naming absent ranks."""
+    results = run_ranks(3, ["groups", "--init-method", "tcp://127.0.0.1:%d" % free_port()])
+    for rc, out in results:
+        assert_ok(rc, out, "groups", 1)
+
+
+def test_groups_of_some_ranks_at_4_ranks_under_tuttirun_after_tutti_init():
+    """The same at 4 ranks (new_subgroups, DeviceMesh (2, 2)) where the program started Tutti
+    first: destroy_process_group() removes the groups' process sets, Tutti runs on."""
+    rc, out = run([launcher("TUTTIRUN"), "-np", "4", sys.executable, WORKER, "groups",
+                   "--tutti-init"])
+    assert_ok(rc, out, "groups", 4)
+
+
+def test_mismatch_on_a_subgroup_names_the_group(tmp_path):
+    url = "file://" + str(tmp_path / "store")
+    results = run_ranks(3, ["mismatch", "--subgroup", "--init-method", url], limit=90)
+    assert_ok(results[1][0], results[1][1], "mismatch", 1)  # not a member: untouched
+    for rc, out in (results[0], results[2]):
+        assert rc == 3, out[-6000:]
+        line = [l for l in out.splitlines() if "FAILED AS EXPECTED" in l][0]
+        assert "process group '1'" in line and "c10d.1.1" in line, line
+
+
 def test_launcher_defaults():
     from tutti.torch import distributed as td
     env = {"TUTTI_RANK": "1", "TUTTI_SIZE": "2", "TUTTI_LOCAL_RANK": "1",
