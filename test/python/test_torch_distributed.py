@@ -156,6 +156,30 @@ def test_ddp_under_mpirun_matches_gloo(gloo_params, tmp_path):
     same_params(gloo_params, path)
 
 
+def test_fsdp2_under_torchrun_matches_gloo():
+    """FSDP2 (fully_shard: all_gather_into_tensor, reduce_scatter_tensor) at 2 ranks: the
+    same bits as gloo's, compared within the job."""
+    rc, out = run(torchrun(2, ["fsdp", "--backends", "tutti,gloo"]))
+    assert_ok(rc, out, "fsdp", 2)
+
+
+def test_fsdp2_under_mpirun_matches_gloo():
+    rc, out = run(mpirun_cmd(2, ["fsdp", "--backends", "tutti,gloo"]), env=mpi_env())
+    assert_ok(rc, out, "fsdp", 2)
+
+
+def test_fsdp2_at_3_ranks_under_tuttirun_matches_gloo():
+    """At 3 ranks the two backends may add in other orders: within 1e-6."""
+    rc, out = run([launcher("TUTTIRUN"), "-np", "3", sys.executable, WORKER, "fsdp",
+                   "--backends", "tutti,gloo"])
+    assert_ok(rc, out, "fsdp", 3)
+
+
+def test_ddp_at_3_ranks_under_torchrun_matches_gloo():
+    rc, out = run(torchrun(3, ["ddp", "--backends", "tutti,gloo"]))
+    assert_ok(rc, out, "ddp", 3)
+
+
 def test_a_killed_rank_ends_the_job_naming_it(tmp_path):
     url = "file://" + str(tmp_path / "store")
     t0 = time.monotonic()

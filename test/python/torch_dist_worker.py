@@ -9,6 +9,7 @@ sets under tuttirun and mpirun). Modes:
   ddp          DDP training on each of --backends (tutti,gloo,tutti: destroy and re-init): the
                parameters must agree (bit for bit at 2 ranks; at more, within 1e-6); --save
                writes the first run's for comparison with another job
+  fsdp         the same with FSDP2 (fully_shard on each layer and the model) instead of DDP
   kill         DDP training in which rank 1 kills itself at step 3: the others must fail
                naming rank 1 (exit 3 with "FAILED AS EXPECTED: <error>")
   mismatch     rank 0 calls all_reduce where the others call broadcast: an error, not a hang
@@ -234,14 +235,20 @@ def collectives():
     assert not tutti.torch.is_initialized()
 
 
-def train(backend, steps=5, kill_at=None, hook=False):
+def train(backend, steps=5, kill_at=None, hook=False, fsdp=False):
     from torch.nn.parallel import DistributedDataParallel as DDP
     init(backend)
     r, n = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(),
                                 torch.nn.Linear(32, 4))
-    ddp = DDP(model, bucket_cap_mb=0.001)  # several buckets
+    if fsdp:  # FSDP2: each Linear its own group of parameters, sharded over every rank
+        from torch.distributed.fsdp import fully_shard
+        for layer in (model[0], model[2]):
+            fully_shard(layer)
+        ddp = fully_shard(model)
+    else:
+        ddp = DDP(model, bucket_cap_mb=0.001)  # several buckets
     if hook:
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
         ddp.register_comm_hook(None, default_hooks.allreduce_hook)
@@ -255,7 +262,13 @@ def train(backend, steps=5, kill_at=None, hook=False):
         opt.zero_grad()
         torch.nn.functional.mse_loss(ddp(x), y).backward()
         opt.step()
-    params = [p.detach().clone() for p in model.parameters()]
+    params = [(p.full_tensor() if fsdp else p).detach().clone() for p in model.parameters()]
+    if fsdp and backend == "tutti":  # FSDP2's gathers and reduce-scatters ran on Tutti
+        ops = tutti.torch.stats()
+        for op in ("allgather", "reducescatter"):
+            calls = sum(v for k, v in ops.items() if k.startswith("op.%s." % op)
+                        and k.endswith(".calls"))
+            assert calls >= steps, "%d %s calls in %d FSDP2 steps" % (calls, op, steps)
     # Every rank holds the same parameters.
     for p in params:
         gathered = [torch.zeros_like(p) for _ in range(n)]
@@ -279,6 +292,8 @@ def compare(a, b, n, what):
             assert torch.equal(x, y), "%s differ: %s" % (what, (x - y).abs().max())
         else:
             torch.testing.assert_close(x, y, rtol=1e-6, atol=1e-6)
+    print("%s differ by at most %g" % (what, max((x - y).abs().max().item()
+                                                 for x, y in zip(a, b))), flush=True)
 
 
 def ddp():
@@ -287,9 +302,10 @@ def ddp():
     the first run's parameters, for a test to compare with another job's."""
     n = ARGS.size or int(os.environ.get("WORLD_SIZE", "0"))
     runs = []
+    fsdp = ARGS.mode == "fsdp"
     for i, backend in enumerate(ARGS.backends.split(",")):
-        hook = backend == "tutti" and "tutti" in ARGS.backends.split(",")[:i]
-        runs.append(train(backend, hook=hook))
+        hook = not fsdp and backend == "tutti" and "tutti" in ARGS.backends.split(",")[:i]
+        runs.append(train(backend, hook=hook, fsdp=fsdp))
     for params in runs[1:]:
         compare(runs[0], params, n, "parameters of two runs")
     if ARGS.save and dist_rank() == 0:
@@ -475,7 +491,8 @@ def mismatch():
 def main():
     global ARGS
     parser = argparse.ArgumentParser()
-    parser.add_argument("mode", choices=["collectives", "ddp", "kill", "mismatch", "groups"])
+    parser.add_argument("mode", choices=["collectives", "ddp", "fsdp", "kill", "mismatch",
+                                         "groups"])
     parser.add_argument("--rank", type=int, default=None)
     parser.add_argument("--size", type=int, default=None)
     parser.add_argument("--init-method", default=None)
@@ -489,7 +506,7 @@ def main():
     ARGS = parser.parse_args()
     faulthandler.dump_traceback_later(ARGS.deadline, exit=True)
     {"collectives": collectives, "ddp": ddp, "kill": kill, "mismatch": mismatch,
-     "groups": groups}[ARGS.mode]()
+     "groups": groups, "fsdp": ddp}[ARGS.mode]()
     print("OK %s" % ARGS.mode, flush=True)
     sys.stderr.flush()
     # Not the interpreter's teardown: torch's gloo process group, once destroyed, can hang in
