@@ -211,7 +211,6 @@ tutti_tensor_t flatTensor(const at::Tensor& t, const char* op) {
   return c;
 }
 
-
 // A result Tutti allocated (allgather, alltoall, reducescatter), freed with it.
 struct Result {
   tutti_result_t r;
