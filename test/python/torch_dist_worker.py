@@ -401,6 +401,11 @@ def groups():
     pair = dist.new_group([0, 2])  # rank 1 (and 3) only take part in making it
     rest = dist.new_group([i for i in range(n) if i != 0])
     assert len(tutti.torch.distributed._group_sets) == 2, tutti.torch.distributed._group_sets
+    if r in (0, 1):  # torch has the others return at once
+        refused(lambda: dist.new_group([0, 1], use_local_synchronization=True),
+                "use_local_synchronization=True is not supported", "new_group(ranks=[0, 1])")
+    refused(lambda: dist.new_group([0, 1] if r == 0 else [1, 2]), "ranks disagree",
+            "rank 0 passes [0, 1], but its member rank 1 passes [1, 2]")
     on_group(pair, [0, 2], lambda: group_collectives(pair, [0, 2]))
     on_group(rest, list(range(1, n)), lambda: group_collectives(rest, list(range(1, n))))
     # Groups by enumeration: every rank in one of them (at 3 ranks, one of a single rank).
@@ -412,11 +417,15 @@ def groups():
         sub, all_subs = dist.new_subgroups(group_size=2)
         assert len(all_subs) == 2
         group_collectives(sub, [r - r % 2, r - r % 2 + 1])
+        # Groups of one rank split from each half: group names alike, ranks not.
+        alone, _ = dist.new_subgroups(group_size=1, group=mine)
+        group_collectives(alone, [r])
         mesh_checks((2, 2))
     else:
         mesh_checks((3,))
         mesh_checks((1, 3))
-    made = list(tutti.torch.distributed._group_sets.values())  # their Tutti process sets
+    made = [i for views in tutti.torch.distributed._group_sets.values()  # Tutti's sets
+            for i in views.values()]
     # Destroying a group on its members; the world goes on.
     if r in (0, 2):
         dist.destroy_process_group(pair)

@@ -39,7 +39,9 @@ BACKEND = "tutti"
 UNAVAILABLE = _C.C10D_BACKEND
 
 
-# torch's group name -> the Tutti process set added for that group of some ranks.
+# torch's group name -> {ranks (a tuple): the Tutti process set added for them}: usually one
+# entry, more where ranks made the same-named group of different ranks (new_subgroups(group=)
+# of a subgroup: each parent's members split theirs).
 _group_sets = {}
 
 
@@ -50,7 +52,7 @@ def _create(opts, *_backend_options):
     ranks = list(opts.global_ranks_in_group)  # [] for the world's (default) group
     process_set = 0
     if ranks and len(ranks) < dist.get_world_size():
-        process_set = _group_sets.get(opts.group_id)
+        process_set = _group_sets.get(opts.group_id, {}).get(tuple(ranks))
         if process_set is None:
             raise RuntimeError(
                 "tutti backend: process group '%s' of ranks %s has no Tutti process set (it "
@@ -84,6 +86,26 @@ def _wrap_group_maker(make):
     return make_group
 
 
+def _group_views(group_name, ranks, what):
+    """Every rank's ranks for this group (c10d lets ranks outside a parent group make a
+    same-named group of other ranks), in rank order, checked: each member of a rank's
+    group must see the same group."""
+    import tutti.torch  # the package, loaded by the time groups are made
+    world = dist.get_world_size()
+    mine = torch.zeros(world, dtype=torch.uint8)
+    mine[ranks] = 1
+    rows = tutti.torch.allgather(mine.unsqueeze(0), name="c10d.groups." + group_name)
+    views = [tuple(int(i) for i in row.nonzero().flatten()) for row in rows]
+    for r, view in enumerate(views):
+        for member in view:
+            if views[member] != view:
+                raise RuntimeError(
+                    "%s: ranks disagree on the group's ranks: rank %d passes %s, but its "
+                    "member rank %d passes %s" % (what, r, list(view), member,
+                                                  list(views[member])))
+    return views
+
+
 def _add_group_set(group_name, ranks):
     c10d = dist.distributed_c10d
     what = "tutti backend: new_group(ranks=%s) (process group '%s')" % (ranks, group_name)
@@ -97,7 +119,15 @@ def _add_group_set(group_name, ranks):
     if group_name in _group_sets:
         raise RuntimeError(what + ": a group of that name already has process set %d"
                            % _group_sets[group_name])
-    _group_sets[group_name] = _C.add_process_set(ranks)
+    views = sorted(set(_group_views(group_name, ranks, what)))
+    sets = {}
+    try:
+        for view in views:
+            sets[view] = _C.add_process_set(list(view))
+    except Exception as e:  # a core error (ranks that disagree, Tutti stopped): name the group
+        raise RuntimeError("%s: adding its Tutti process set failed: %s" % (what, e)) from e
+    finally:
+        _group_sets[group_name] = sets  # what was added, removed with the world's group
 
 
 def _wrap_destroy(destroy):
@@ -109,7 +139,7 @@ def _wrap_destroy(destroy):
         destroy(group)
         if not everything:
             return
-        sets = sorted(_group_sets.values())
+        sets = sorted(i for views in _group_sets.values() for i in views.values())
         _group_sets.clear()
         if _C.is_initialized():  # else Tutti was shut down with the last backend
             for set_id in sets:
@@ -170,7 +200,7 @@ def register():
     try:
         dist.Backend.register_backend(BACKEND, _create, extended_api=True, devices=["cpu"])
     except TypeError:  # torch 1.x: no devices argument (and no c10d::Backend: _create says so)
-        dist.Backend.register_backend(BACKEND, _create)
+        dist.Backend.register_backend(BACKEND, _create, extended_api=True)
 
 
 _TORCH_VARS = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
