@@ -680,21 +680,23 @@ class TuttiBackend : public c10d::Backend {
     const std::string base = "tutti_monitored_barrier/" + std::to_string(++monitored_) + "/";
     const std::string ms = std::to_string(timeout.count());
     std::string failure;
+    // A rank that came, as gloo says it, then why.
+    const std::string came = "[Rank " + std::to_string(rank_) + "]: Rank " +
+                             std::to_string(rank_) + " successfully reached monitoredBarrier, "
+                             "but received errors while waiting for send/recv from rank 0: ";
     auto run = [&] {
       if (rank_ != 0) {
         store_->set(base + "arrived/" + std::to_string(rank_), std::vector<uint8_t>{1});
         // Up to twice the timeout: rank 0 gives its verdict once its own has passed.
         const std::string released = base + "released/" + std::to_string(rank_);
         if (!awaitKey(*store_, released, deadline + timeout)) {
-          failure = "[Rank " + std::to_string(rank_) + "]: rank 0 did not release rank " +
-                    std::to_string(rank_) + " from monitored_barrier of process group '" +
-                    group_ + "' within twice its timeout of " + ms + " ms (rank 0 did not "
-                    "come)";
+          failure = came + "it did not release this rank within twice the timeout of " + ms +
+                    " ms (process group '" + group_ + "'; rank 0 did not come)";
           return;
         }
         std::vector<uint8_t> word = store_->get(released);
         forget(released);
-        failure.assign(word.begin(), word.end());  // empty: every rank arrived
+        if (!word.empty()) failure = came + std::string(word.begin(), word.end());
         return;
       }
       std::vector<int> missing;
