@@ -30,9 +30,9 @@ import tutti.torch  # noqa: E402,F401  registers the backend "tutti"
 
 from torch.testing._internal.common_distributed import DistTestCases  # noqa: E402
 
-# The features of distributed_test.py Tutti has: DDP. Not "subgroup" (process groups of some
-# ranks), "gpu"/"cuda" (CPU tensors only) or "plugin".
-TUTTI_FEATURES = ("ddp",)
+# The features of distributed_test.py Tutti has: DDP and "subgroup" (process groups of some
+# ranks). Not "gpu"/"cuda" (CPU tensors only) or "plugin".
+TUTTI_FEATURES = ("ddp", "subgroup")
 if os.environ["BACKEND"] == "tutti":
     for feature in TUTTI_FEATURES:
         DistTestCases.backend_feature[feature].add("tutti")

@@ -156,6 +156,30 @@ def test_ddp_under_mpirun_matches_gloo(gloo_params, tmp_path):
     same_params(gloo_params, path)
 
 
+def test_fsdp2_under_torchrun_matches_gloo():
+    """FSDP2 (fully_shard: all_gather_into_tensor, reduce_scatter_tensor) at 2 ranks: the
+    same bits as gloo's, compared within the job."""
+    rc, out = run(torchrun(2, ["fsdp", "--backends", "tutti,gloo"]))
+    assert_ok(rc, out, "fsdp", 2)
+
+
+def test_fsdp2_under_mpirun_matches_gloo():
+    rc, out = run(mpirun_cmd(2, ["fsdp", "--backends", "tutti,gloo"]), env=mpi_env())
+    assert_ok(rc, out, "fsdp", 2)
+
+
+def test_fsdp2_at_3_ranks_under_tuttirun_matches_gloo():
+    """At 3 ranks the two backends may add in other orders: within 1e-6."""
+    rc, out = run([launcher("TUTTIRUN"), "-np", "3", sys.executable, WORKER, "fsdp",
+                   "--backends", "tutti,gloo"])
+    assert_ok(rc, out, "fsdp", 3)
+
+
+def test_ddp_at_3_ranks_under_torchrun_matches_gloo():
+    rc, out = run(torchrun(3, ["ddp", "--backends", "tutti,gloo"]))
+    assert_ok(rc, out, "ddp", 3)
+
+
 def test_a_killed_rank_ends_the_job_naming_it(tmp_path):
     url = "file://" + str(tmp_path / "store")
     t0 = time.monotonic()
@@ -176,6 +200,32 @@ def test_mismatched_collectives_are_an_error_on_every_rank(tmp_path):
         assert rc == 3, out[-6000:]
         line = [l for l in out.splitlines() if "FAILED AS EXPECTED" in l][0]
         assert "c10d.0.1" in line and "collective 1 " in line, line  # by its number
+
+
+def test_groups_of_some_ranks_at_3_ranks():
+    """new_group, new_subgroups_by_enumeration (a group of one rank), DeviceMesh (3,) and
+    (1, 3), destroying a group, monitored_barrier passing and naming absent ranks."""
+    results = run_ranks(3, ["groups", "--init-method", "tcp://127.0.0.1:%d" % free_port()])
+    for rc, out in results:
+        assert_ok(rc, out, "groups", 1)
+
+
+def test_groups_of_some_ranks_at_4_ranks_under_tuttirun_after_tutti_init():
+    """The same at 4 ranks (new_subgroups, DeviceMesh (2, 2)) where the program started Tutti
+    first: destroy_process_group() removes the groups' process sets, Tutti runs on."""
+    rc, out = run([launcher("TUTTIRUN"), "-np", "4", sys.executable, WORKER, "groups",
+                   "--tutti-init"])
+    assert_ok(rc, out, "groups", 4)
+
+
+def test_mismatch_on_a_subgroup_names_the_group(tmp_path):
+    url = "file://" + str(tmp_path / "store")
+    results = run_ranks(3, ["mismatch", "--subgroup", "--init-method", url], limit=90)
+    assert_ok(results[1][0], results[1][1], "mismatch", 1)  # not a member: untouched
+    for rc, out in (results[0], results[2]):
+        assert rc == 3, out[-6000:]
+        line = [l for l in out.splitlines() if "FAILED AS EXPECTED" in l][0]
+        assert "process group '1'" in line and "c10d.1.1" in line, line
 
 
 def test_launcher_defaults():

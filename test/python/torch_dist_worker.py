@@ -9,9 +9,16 @@ sets under tuttirun and mpirun). Modes:
   ddp          DDP training on each of --backends (tutti,gloo,tutti: destroy and re-init): the
                parameters must agree (bit for bit at 2 ranks; at more, within 1e-6); --save
                writes the first run's for comparison with another job
+  fsdp         the same with FSDP2 (fully_shard on each layer and the model) instead of DDP
   kill         DDP training in which rank 1 kills itself at step 3: the others must fail
                naming rank 1 (exit 3 with "FAILED AS EXPECTED: <error>")
   mismatch     rank 0 calls all_reduce where the others call broadcast: an error, not a hang
+               (with --subgroup, at 3 ranks: on the group of ranks 0 and 2; rank 1 idles)
+  groups       groups of some ranks (new_group, new_subgroups_by_enumeration, new_subgroups,
+               DeviceMesh) at 3 or 4 ranks, checked against references computed here, while
+               the ranks outside a group do nothing; monitored_barrier, passing and naming
+               the ranks that did not come; with --tutti-init (under tuttirun) Tutti runs
+               first and destroy_process_group() must remove the groups' process sets
 Prints "OK <mode>" at the end; any failure exits non-zero.
 """
 
@@ -228,14 +235,20 @@ def collectives():
     assert not tutti.torch.is_initialized()
 
 
-def train(backend, steps=5, kill_at=None, hook=False):
+def train(backend, steps=5, kill_at=None, hook=False, fsdp=False):
     from torch.nn.parallel import DistributedDataParallel as DDP
     init(backend)
     r, n = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(),
                                 torch.nn.Linear(32, 4))
-    ddp = DDP(model, bucket_cap_mb=0.001)  # several buckets
+    if fsdp:  # FSDP2: each Linear its own group of parameters, sharded over every rank
+        from torch.distributed.fsdp import fully_shard
+        for layer in (model[0], model[2]):
+            fully_shard(layer)
+        ddp = fully_shard(model)
+    else:
+        ddp = DDP(model, bucket_cap_mb=0.001)  # several buckets
     if hook:
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
         ddp.register_comm_hook(None, default_hooks.allreduce_hook)
@@ -249,7 +262,13 @@ def train(backend, steps=5, kill_at=None, hook=False):
         opt.zero_grad()
         torch.nn.functional.mse_loss(ddp(x), y).backward()
         opt.step()
-    params = [p.detach().clone() for p in model.parameters()]
+    params = [(p.full_tensor() if fsdp else p).detach().clone() for p in model.parameters()]
+    if fsdp and backend == "tutti":  # FSDP2's gathers and reduce-scatters ran on Tutti
+        ops = tutti.torch.stats()
+        for op in ("allgather", "reducescatter"):
+            calls = sum(v for k, v in ops.items() if k.startswith("op.%s." % op)
+                        and k.endswith(".calls"))
+            assert calls >= steps, "%d %s calls in %d FSDP2 steps" % (calls, op, steps)
     # Every rank holds the same parameters.
     for p in params:
         gathered = [torch.zeros_like(p) for _ in range(n)]
@@ -273,6 +292,8 @@ def compare(a, b, n, what):
             assert torch.equal(x, y), "%s differ: %s" % (what, (x - y).abs().max())
         else:
             torch.testing.assert_close(x, y, rtol=1e-6, atol=1e-6)
+    print("%s differ by at most %g" % (what, max((x - y).abs().max().item()
+                                                 for x, y in zip(a, b))), flush=True)
 
 
 def ddp():
@@ -281,13 +302,160 @@ def ddp():
     the first run's parameters, for a test to compare with another job's."""
     n = ARGS.size or int(os.environ.get("WORLD_SIZE", "0"))
     runs = []
+    fsdp = ARGS.mode == "fsdp"
     for i, backend in enumerate(ARGS.backends.split(",")):
-        hook = backend == "tutti" and "tutti" in ARGS.backends.split(",")[:i]
-        runs.append(train(backend, hook=hook))
+        hook = not fsdp and backend == "tutti" and "tutti" in ARGS.backends.split(",")[:i]
+        runs.append(train(backend, hook=hook, fsdp=fsdp))
     for params in runs[1:]:
         compare(runs[0], params, n, "parameters of two runs")
     if ARGS.save and dist_rank() == 0:
         torch.save(runs[0], ARGS.save)
+
+
+def on_group(group, ranks, fn):
+    """Runs fn() on the members of `group` (global `ranks`) only."""
+    if dist.get_rank() in ranks:
+        fn()
+
+
+def group_collectives(group, ranks):
+    """Collectives on a group of some ranks: roots are global ranks in torch's API (the
+    backend gets group ranks); results only from the members."""
+    r, m = dist.get_rank(), len(ranks)
+    me = ranks.index(r)
+    t = values(r, 9, torch.float32)
+    dist.all_reduce(t, group=group)
+    same(t, reference(dist.ReduceOp.SUM, [values(i, 9, torch.float32) for i in ranks]),
+         "all_reduce on %s" % ranks)
+    t = values(r, 6, torch.int64)
+    dist.all_reduce(t, op=dist.ReduceOp.BOR, group=group)
+    same(t, reference(dist.ReduceOp.BOR, [values(i, 6, torch.int64) for i in ranks]),
+         "all_reduce BOR on %s" % ranks)
+    t = values(r, 5, torch.float64)
+    dist.broadcast(t, src=ranks[-1], group=group)
+    same(t, values(ranks[-1], 5, torch.float64), "broadcast on %s" % ranks)
+    t = values(r, 4, torch.int32)
+    dist.reduce(t, dst=ranks[-1], op=dist.ReduceOp.MAX, group=group)
+    if r == ranks[-1]:
+        same(t, reference(dist.ReduceOp.MAX, [values(i, 4, torch.int32) for i in ranks]),
+             "reduce on %s" % ranks)
+    whole = torch.zeros(m * 3)
+    dist.all_gather_into_tensor(whole, values(r, 3, torch.float32), group=group)
+    same(whole, torch.cat([values(i, 3, torch.float32) for i in ranks]),
+         "all_gather_into_tensor on %s" % ranks)
+    out = torch.zeros(2)
+    dist.reduce_scatter_tensor(out, values(r, 2 * m, torch.float32), group=group)
+    same(out, sum(values(i, 2 * m, torch.float32) for i in ranks)[2 * me:2 * me + 2],
+         "reduce_scatter_tensor on %s" % ranks)
+    out = torch.zeros(m)
+    dist.all_to_all_single(out, torch.arange(m, dtype=torch.float32) + 10 * r, group=group)
+    same(out, torch.tensor([10.0 * i + me for i in ranks]), "all_to_all_single on %s" % ranks)
+    got = torch.zeros(4, dtype=torch.int64)
+    chunks = [values(10 + i, 4, torch.int64) for i in ranks] if r == ranks[0] else None
+    dist.scatter(got, scatter_list=chunks, src=ranks[0], group=group)
+    same(got, values(10 + r, 4, torch.int64), "scatter on %s" % ranks)
+    objs = [None] * m
+    dist.all_gather_object(objs, r, group=group)
+    assert objs == ranks, objs
+    dist.barrier(group=group)
+
+
+def mesh_checks(shape):
+    """init_device_mesh("cpu", shape): an all_reduce on every dimension's group."""
+    from torch.distributed.device_mesh import init_device_mesh
+    r = dist.get_rank()
+    mesh = init_device_mesh("cpu", shape)
+    for dim in range(len(shape)):
+        group = mesh.get_group(dim)
+        ranks = dist.get_process_group_ranks(group)
+        assert r in ranks and len(ranks) == shape[dim], (shape, dim, ranks)
+        t = torch.full((3,), float(r + 1))
+        dist.all_reduce(t, group=group)
+        same(t, torch.full((3,), float(sum(i + 1 for i in ranks))),
+             "all_reduce on mesh %s dim %d" % (shape, dim))
+
+
+def expect_monitored_failure(group, skipping, wait_all, words):
+    """monitored_barrier on `group` where the ranks `skipping` do not come: rank 0 must raise
+    naming them, the others that came raise too, quoting it, in gloo's words."""
+    r = dist.get_rank()
+    if r in skipping:
+        return
+    if r != 0:
+        words = list(words) + ["Rank %d successfully reached monitoredBarrier" % r]
+    try:
+        dist.monitored_barrier(group=group, timeout=datetime.timedelta(seconds=2),
+                               wait_all_ranks=wait_all)
+    except Exception as e:  # noqa: BLE001 - its message is checked
+        text = str(e)
+        for w in words:
+            assert w in text, "expected %r in: %s" % (w, text)
+        return
+    raise AssertionError("monitored_barrier passed with ranks %s away" % (skipping,))
+
+
+def groups():
+    if ARGS.tutti_init:
+        tutti.torch.init()
+    init("tutti")
+    r, n = dist.get_rank(), dist.get_world_size()
+    assert n in (3, 4), n
+    pair = dist.new_group([0, 2])  # rank 1 (and 3) only take part in making it
+    rest = dist.new_group([i for i in range(n) if i != 0])
+    assert len(tutti.torch.distributed._group_sets) == 2, tutti.torch.distributed._group_sets
+    if r in (0, 1):  # torch has the others return at once
+        refused(lambda: dist.new_group([0, 1], use_local_synchronization=True),
+                "use_local_synchronization=True is not supported", "new_group(ranks=[0, 1])")
+    refused(lambda: dist.new_group([0, 1] if r == 0 else [1, 2]), "ranks disagree",
+            "rank 0 passes [0, 1], but its member rank 1 passes [1, 2]")
+    on_group(pair, [0, 2], lambda: group_collectives(pair, [0, 2]))
+    on_group(rest, list(range(1, n)), lambda: group_collectives(rest, list(range(1, n))))
+    # Groups by enumeration: every rank in one of them (at 3 ranks, one of a single rank).
+    halves = [[0, 1], [2, 3]] if n == 4 else [[0, 2], [1]]
+    mine, _ = dist.new_subgroups_by_enumeration(halves)
+    mine_ranks = [h for h in halves if r in h][0]
+    group_collectives(mine, mine_ranks)
+    if n == 4:
+        sub, all_subs = dist.new_subgroups(group_size=2)
+        assert len(all_subs) == 2
+        group_collectives(sub, [r - r % 2, r - r % 2 + 1])
+        # Groups of one rank split from each half: group names alike, ranks not.
+        alone, _ = dist.new_subgroups(group_size=1, group=mine)
+        group_collectives(alone, [r])
+        mesh_checks((2, 2))
+    else:
+        mesh_checks((3,))
+        mesh_checks((1, 3))
+    made = [i for views in tutti.torch.distributed._group_sets.values()  # Tutti's sets
+            for i in views.values()]
+    # Destroying a group on its members; the world goes on.
+    if r in (0, 2):
+        dist.destroy_process_group(pair)
+    t = torch.ones(2)
+    dist.all_reduce(t)
+    same(t, torch.full((2,), float(n)), "all_reduce on the world after destroying a group")
+    # monitored_barrier: everyone, then ranks away.
+    dist.monitored_barrier(timeout=datetime.timedelta(seconds=30))
+    on_group(rest, list(range(1, n)),
+             lambda: dist.monitored_barrier(group=rest, wait_all_ranks=True))
+    g1 = dist.new_group(list(range(n)))  # fresh groups: a failed barrier leaves its own
+    g2 = dist.new_group(list(range(n)))
+    expect_monitored_failure(g1, [n - 1], False,
+                             ["Rank %d failed to pass monitoredBarrier" % (n - 1)])
+    skipping = list(range(1, n))[-2:]
+    expect_monitored_failure(g2, skipping, True,
+                             ["Ranks %s failed to pass monitoredBarrier"
+                              % ", ".join(str(i) for i in skipping)])
+    dist.barrier()
+    dist.destroy_process_group()
+    if ARGS.tutti_init:  # Tutti still runs: the groups' process sets are gone
+        assert tutti.torch.is_initialized()
+        for set_id in made:
+            assert tutti.torch._C.process_set_size(set_id) == -1, set_id
+        assert not tutti.torch.distributed._group_sets
+        tutti.torch.shutdown()
+    else:
+        assert not tutti.torch.is_initialized()
 
 
 def dist_rank():
@@ -312,13 +480,21 @@ def mismatch():
     init("tutti")
     r = dist.get_rank()
     t = torch.ones(4)
+    group = None
+    store = dist.distributed_c10d._get_default_store()
+    if ARGS.subgroup:
+        group = dist.new_group([0, 2])
+        if r == 1:  # not a member: no part in the group's failure, but alive through it
+            store.wait(["failed 0", "failed 2"], datetime.timedelta(seconds=60))
+            return
     try:
         if r == 0:
-            dist.all_reduce(t)
+            dist.all_reduce(t, group=group)
         else:
-            dist.broadcast(t, src=0)
+            dist.broadcast(t, src=0, group=group)
     except Exception as e:  # noqa: BLE001
         print("FAILED AS EXPECTED: %s: %s" % (type(e).__name__, e), flush=True)
+        store.set("failed %d" % r, "1")
         sys.exit(3)
     raise AssertionError("mismatched collectives completed")
 
@@ -326,18 +502,22 @@ def mismatch():
 def main():
     global ARGS
     parser = argparse.ArgumentParser()
-    parser.add_argument("mode", choices=["collectives", "ddp", "kill", "mismatch"])
+    parser.add_argument("mode", choices=["collectives", "ddp", "fsdp", "kill", "mismatch",
+                                         "groups"])
     parser.add_argument("--rank", type=int, default=None)
     parser.add_argument("--size", type=int, default=None)
     parser.add_argument("--init-method", default=None)
     parser.add_argument("--timeout", type=float, default=60)
     parser.add_argument("--backends", default="tutti,gloo,tutti")
     parser.add_argument("--save", default=None)
+    parser.add_argument("--subgroup", action="store_true")
+    parser.add_argument("--tutti-init", action="store_true")
     parser.add_argument("--deadline", type=float, default=150,
                         help="seconds after which the process dumps its stacks and exits")
     ARGS = parser.parse_args()
     faulthandler.dump_traceback_later(ARGS.deadline, exit=True)
-    {"collectives": collectives, "ddp": ddp, "kill": kill, "mismatch": mismatch}[ARGS.mode]()
+    {"collectives": collectives, "ddp": ddp, "kill": kill, "mismatch": mismatch,
+     "groups": groups, "fsdp": ddp}[ARGS.mode]()
     print("OK %s" % ARGS.mode, flush=True)
     sys.stderr.flush()
     # Not the interpreter's teardown: torch's gloo process group, once destroyed, can hang in

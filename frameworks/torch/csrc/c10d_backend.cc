@@ -5,10 +5,16 @@
 //   tutti_init_with_store, with the rank and size torch gives. Where Tutti already runs (the
 //   program called tutti.torch.init() under tuttirun or mpirun), its runtime is used; the
 //   runtime this backend started is shut down when the last backend using it goes.
-// - c10d issues collectives in the same order on every rank, so each gets the name
-//   "c10d.<group>.<n>", n counting the group's collectives: a rank that calls another
-//   collective (or another dtype or shape) as its n-th is a mismatch that Tutti reports on
-//   every rank, naming them, instead of a hang.
+// - A process group of some ranks (new_group, new_subgroups, DeviceMesh) runs on a Tutti
+//   process set that tutti/torch/distributed.py added, collectively on every rank, when c10d
+//   made the group; its backend gets the set's id and uses group ranks, as c10d passes them.
+// - c10d issues a group's collectives in the same order on each of its ranks, so each gets
+//   the name "c10d.<group>.<n>" (<group>: torch's group name, the same on every rank; n
+//   counting the group's collectives): a rank that calls another collective (or another
+//   dtype or shape) as its n-th is a mismatch that Tutti reports on every rank, naming them,
+//   instead of a hang.
+// - monitored_barrier goes through the group's store, as gloo's goes point to point: rank 0
+//   waits for every other rank's key and names those that did not arrive in time.
 // - Completions reach torch on a thread of the backend's own (the "completer"): it waits on
 //   Tutti's handles in submission order, copies results into torch's output tensors, completes
 //   each Work and its Future (where DDP's comm hooks run). Tutti's background thread never
@@ -205,12 +211,6 @@ tutti_tensor_t flatTensor(const at::Tensor& t, const char* op) {
   return c;
 }
 
-tutti_op_options_t defaultOptions() {
-  tutti_op_options_t o;
-  tutti_op_options_init(&o);
-  return o;
-}
-
 // A result Tutti allocated (allgather, alltoall, reducescatter), freed with it.
 struct Result {
   tutti_result_t r;
@@ -274,7 +274,6 @@ struct StoreContext {
 std::mutex g_runtime_mu;
 int g_users = 0;
 bool g_we_started = false;
-int g_groups_made = 0;
 // The store the runtime we started connects through: kept until that runtime is shut down,
 // then let go (torch makes a new one for the next init_process_group).
 std::unique_ptr<StoreContext> g_store;
@@ -294,18 +293,24 @@ int storeSet(const char* key, const void* value, size_t nbytes, void* user) {
 // Polls with check() (backing off to 50 ms) rather than blocking in the store's wait(), so
 // that every kind of store (TCPStore, FileStore, HashStore, a Python one) keeps to the
 // deadline Tutti gives alike.
+bool awaitKey(c10d::Store& store, const std::string& key,
+              std::chrono::steady_clock::time_point deadline) {
+  auto pause = std::chrono::milliseconds(1);
+  while (!store.check({key})) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::milliseconds(50));
+  }
+  return true;
+}
+
 int storeGet(const char* key, double timeout_seconds, void** value, size_t* nbytes,
              void* user) {
   auto* ctx = static_cast<StoreContext*>(user);
   const auto deadline = std::chrono::steady_clock::now() +
                         std::chrono::microseconds(static_cast<int64_t>(timeout_seconds * 1e6));
-  auto pause = std::chrono::milliseconds(1);
   try {
-    while (!ctx->store->check({key})) {
-      if (std::chrono::steady_clock::now() >= deadline) return 1;  // not there in time
-      std::this_thread::sleep_for(pause);
-      pause = std::min(pause * 2, std::chrono::milliseconds(50));
-    }
+    if (!awaitKey(*ctx->store, key, deadline)) return 1;  // not there in time
     std::vector<uint8_t> bytes = ctx->store->get(key);
     *nbytes = bytes.size();
     *value = std::malloc(bytes.empty() ? 1 : bytes.size());
@@ -320,18 +325,25 @@ int storeGet(const char* key, double timeout_seconds, void** value, size_t* nbyt
 
 class TuttiBackend : public c10d::Backend {
  public:
+  // process_set: 0 for a group of every rank, else the Tutti process set of the group's
+  // ranks (added by distributed.py on every rank); group: torch's name of the group.
   TuttiBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-               std::chrono::milliseconds timeout)
-      : c10d::Backend(rank, size), timeout_(timeout) {
+               std::chrono::milliseconds timeout, int process_set, std::string group)
+      : c10d::Backend(rank, size),
+        timeout_(timeout),
+        store_(store),
+        process_set_(process_set),
+        group_(std::move(group)) {
     {
       std::lock_guard<std::mutex> lock(g_runtime_mu);
-      if (tutti_is_initialized()) {
+      if (process_set_ != TUTTI_GLOBAL_PROCESS_SET) {
+        checkProcessSet();
+      } else if (tutti_is_initialized()) {
         if (tutti_rank() != rank || tutti_size() != size)
-          refuse("tutti backend: torch.distributed says rank " + std::to_string(rank) +
-                 " of " + std::to_string(size) + ", but Tutti already runs as rank " +
-                 std::to_string(tutti_rank()) + " of " + std::to_string(tutti_size()) +
-                 " (subgroups of the world, new_group with some ranks only, are not "
-                 "supported yet: use the whole world, or gloo for the subgroup)");
+          refuse("tutti backend: process group '" + group_ + "': torch.distributed says rank " +
+                 std::to_string(rank) + " of " + std::to_string(size) +
+                 ", but Tutti already runs as rank " + std::to_string(tutti_rank()) + " of " +
+                 std::to_string(tutti_size()));
       } else {
         auto ctx = std::make_unique<StoreContext>();
         ctx->store = store;
@@ -362,7 +374,6 @@ class TuttiBackend : public c10d::Backend {
         g_store = std::move(ctx);
       }
       ++g_users;
-      group_ = g_groups_made++;
     }
     completer_ = std::thread([this] { completeLoop(); });
   }
@@ -650,10 +661,71 @@ class TuttiBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override {
     auto p = begin(OpType::BARRIER, "barrier", {}, opts.timeout);
     tutti_handle_t h = 0;
-    check(tutti_barrier_async(TUTTI_GLOBAL_PROCESS_SET, &h), *p);
+    check(tutti_barrier_async(process_set_, &h), *p);
     p->handles.push_back(h);
     p->with_result.push_back(false);
     return enqueue(std::move(p));
+  }
+
+  // As gloo's: every rank reports to rank 0, which releases them once all did within the
+  // timeout; else rank 0 raises naming the first rank that did not (every one of them with
+  // wait_all_ranks) and the others that came raise quoting it. Through the group's store (keys
+  // "tutti_monitored_barrier/<k>/...", each deleted by the rank that reads it), not Tutti:
+  // a rank that never comes must not leave a collective behind.
+  void monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) override {
+    TORCH_CHECK(!released_, "tutti backend: monitored_barrier after process group '", group_,
+                "' was shut down");
+    const auto timeout = opts.timeout == c10d::kUnsetTimeout ? timeout_ : opts.timeout;
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    const std::string base = "tutti_monitored_barrier/" + std::to_string(++monitored_) + "/";
+    const std::string ms = std::to_string(timeout.count());
+    std::string failure;
+    // A rank that came, as gloo says it, then why.
+    const std::string came = "[Rank " + std::to_string(rank_) + "]: Rank " +
+                             std::to_string(rank_) + " successfully reached monitoredBarrier, "
+                             "but received errors while waiting for send/recv from rank 0: ";
+    auto run = [&] {
+      if (rank_ != 0) {
+        store_->set(base + "arrived/" + std::to_string(rank_), std::vector<uint8_t>{1});
+        // Up to twice the timeout: rank 0 gives its verdict once its own has passed.
+        const std::string released = base + "released/" + std::to_string(rank_);
+        if (!awaitKey(*store_, released, deadline + timeout)) {
+          failure = came + "it did not release this rank within twice the timeout of " + ms +
+                    " ms (process group '" + group_ + "'; rank 0 did not come)";
+          return;
+        }
+        std::vector<uint8_t> word = store_->get(released);
+        forget(released);
+        if (!word.empty()) failure = came + std::string(word.begin(), word.end());
+        return;
+      }
+      std::vector<int> missing;
+      for (int r = 1; r < size_; ++r) {
+        const std::string arrived = base + "arrived/" + std::to_string(r);
+        if (awaitKey(*store_, arrived, deadline)) {
+          forget(arrived);
+          continue;
+        }
+        missing.push_back(r);
+        if (!wait_all_ranks) break;
+      }
+      if (!missing.empty()) {
+        std::string ranks;
+        for (int r : missing) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+        failure = "[Rank 0]: Rank" + std::string(missing.size() > 1 ? "s " : " ") + ranks +
+                  " failed to pass monitoredBarrier in " + ms + " ms (process group '" +
+                  group_ + "')";
+      }
+      const std::vector<uint8_t> word(failure.begin(), failure.end());
+      for (int r = 1; r < size_; ++r) store_->set(base + "released/" + std::to_string(r), word);
+    };
+    if (PyGILState_Check()) {
+      py::gil_scoped_release release;  // a Python store takes the GIL itself
+      run();
+    } else {
+      run();
+    }
+    if (!failure.empty()) C10_THROW_ERROR(DistBackendError, "tutti backend: " + failure);
   }
 
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>&, int dst, int) override {
@@ -674,6 +746,14 @@ class TuttiBackend : public c10d::Backend {
   }
 
  private:
+  // Deletes a store key this rank alone reads (where the store can).
+  void forget(const std::string& key) {
+    try {
+      store_->deleteKey(key);
+    } catch (const std::exception&) {
+    }
+  }
+
   // ---- checks ----
   void checkCpu(const at::Tensor& t, const char* op) const {
     TORCH_CHECK(t.defined(), "tutti backend: ", op, ": an undefined tensor");
@@ -699,7 +779,7 @@ class TuttiBackend : public c10d::Backend {
   }
   void checkRoot(int64_t root, const char* op) const {
     TORCH_CHECK(root >= 0 && root < size_, "tutti backend: ", op, ": root rank ", root,
-                " outside [0, ", size_, ")");
+                " outside [0, ", size_, ") of process group '", group_, "'");
   }
 
   // ---- submission ----
@@ -708,14 +788,37 @@ class TuttiBackend : public c10d::Backend {
     TORCH_CHECK(!released_, "tutti backend: ", op, " after the process group was shut down");
     auto p = std::make_unique<Pending>();
     const uint64_t n = ++seq_;
-    name_ = "c10d." + std::to_string(group_) + "." + std::to_string(n);
-    p->what = std::string(op) + " (collective " + std::to_string(n) +
-              " of this process group, on rank " + std::to_string(rank_) + " of " +
+    name_ = "c10d." + group_ + "." + std::to_string(n);
+    p->what = std::string(op) + " (collective " + std::to_string(n) + " of process group '" +
+              group_ + "', on rank " + std::to_string(rank_) + " of " +
               std::to_string(size_) + ", Tutti name '" + name_ + "')";
     p->work = c10::make_intrusive<TuttiWork>(rank_, type, op, std::move(outputs));
     const auto t = timeout == c10d::kUnsetTimeout ? timeout_ : timeout;
     p->timeout_seconds = static_cast<double>(t.count()) / 1000.0;
     return p;
+  }
+
+  // Tutti's defaults, on this group's process set.
+  tutti_op_options_t defaultOptions() const {
+    tutti_op_options_t o;
+    tutti_op_options_init(&o);
+    o.process_set = process_set_;
+    return o;
+  }
+
+  // Under g_runtime_mu: the process set exists and holds this rank as torch says.
+  void checkProcessSet() const {
+    const std::string what = "tutti backend: process group '" + group_ + "' (rank " +
+                             std::to_string(rank_) + " of " + std::to_string(size_) + ")";
+    if (!tutti_is_initialized())
+      refuse(what + ": Tutti is not running (a group of some ranks needs the world's group "
+             "on tutti, or tutti.torch.init(), first)");
+    const int set_rank = tutti_process_set_rank(process_set_);
+    const int set_size = tutti_process_set_size(process_set_);
+    if (set_rank != rank_ || set_size != size_)
+      refuse(what + ": its Tutti process set " + std::to_string(process_set_) +
+             " has this rank as " + std::to_string(set_rank) + " of " +
+             std::to_string(set_size));
   }
 
   void check(tutti_status_t status, const Pending& p) const {
@@ -761,8 +864,9 @@ class TuttiBackend : public c10d::Backend {
     };
     if (r.bitwise) {
       tutti_tensor_t c = flatTensor(in, op);
+      const tutti_op_options_t o = defaultOptions();
       submit(*p, [&](const char* name, tutti_handle_t* h) {
-        return tutti_allgather_async(name, &c, nullptr, h);
+        return tutti_allgather_async(name, &c, &o, h);
       }, true);
       const auto torch_op = r.torch_op;
       p->keep_alive = {in};
@@ -811,8 +915,9 @@ class TuttiBackend : public c10d::Backend {
     for (auto& in : ins) {
       at::Tensor buf = in.contiguous();
       tutti_tensor_t c = flatTensor(buf, op);
+      const tutti_op_options_t o = defaultOptions();
       submit(*p, [&](const char* name, tutti_handle_t* h) {
-        return tutti_allgather_async(name, &c, nullptr, h);
+        return tutti_allgather_async(name, &c, &o, h);
       }, true);
       bufs.push_back(buf);
     }
@@ -1002,8 +1107,11 @@ class TuttiBackend : public c10d::Backend {
   }
 
   const std::chrono::milliseconds timeout_;
-  int group_ = 0;
+  const c10::intrusive_ptr<c10d::Store> store_;  // the group's (monitored_barrier)
+  const int process_set_;
+  const std::string group_;
   uint64_t seq_ = 0;
+  uint64_t monitored_ = 0;  // monitored barriers so far
   std::string name_;  // of the collective being submitted
   std::mutex mu_;
   std::condition_variable cv_;
@@ -1015,10 +1123,12 @@ class TuttiBackend : public c10d::Backend {
 };
 
 c10::intrusive_ptr<c10d::Backend> makeBackend(const c10::intrusive_ptr<c10d::Store>& store,
-                                              int rank, int size, double timeout_seconds) {
+                                              int rank, int size, double timeout_seconds,
+                                              int process_set, const std::string& group) {
   return c10::make_intrusive<TuttiBackend>(
       store, rank, size,
-      std::chrono::milliseconds(static_cast<int64_t>(timeout_seconds * 1000.0)));
+      std::chrono::milliseconds(static_cast<int64_t>(timeout_seconds * 1000.0)), process_set,
+      group);
 }
 
 }  // namespace
@@ -1029,13 +1139,14 @@ c10::intrusive_ptr<c10d::Backend> makeBackend(const c10::intrusive_ptr<c10d::Sto
 namespace tutti {
 namespace detail {
 
-// Adds _C.make_c10d_backend(store, rank, size, timeout_seconds) where this torch has c10d::Backend
-// (torch 2.x), and _C.C10D_BACKEND (why not, where it has none).
+// Adds _C.make_c10d_backend(store, rank, size, timeout_seconds, process_set, group) where this
+// torch has c10d::Backend (torch 2.x), and _C.C10D_BACKEND (why not, where it has none).
 void defineC10dBackend(py::module& m) {
 #if TUTTI_HAS_C10D_BACKEND
   m.attr("C10D_BACKEND") = py::none();
   m.def("make_c10d_backend", &tutti::c10d_backend::makeBackend, py::arg("store"),
-        py::arg("rank"), py::arg("size"), py::arg("timeout_seconds"));
+        py::arg("rank"), py::arg("size"), py::arg("timeout_seconds"),
+        py::arg("process_set"), py::arg("group"));
 #else
   m.attr("C10D_BACKEND") = py::str(
       "the torch.distributed backend needs torch 2.0 or newer (with c10d::Backend); this "
