@@ -150,8 +150,10 @@ def test_ddp_under_tuttirun_matches_gloo(gloo_params, tmp_path):
 
 
 def test_ddp_under_mpirun_matches_gloo(gloo_params, tmp_path):
+    # A device-qualified backend: CPU tensors on tutti (CUDA ones would go to gloo).
     path = str(tmp_path / "tutti.pt")
-    rc, out = run(mpirun_cmd(2, ["ddp", "--backends", "tutti", "--save", path]), env=mpi_env())
+    rc, out = run(mpirun_cmd(2, ["ddp", "--backends", "cpu:tutti,cuda:gloo", "--save", path]),
+                  env=mpi_env())
     assert_ok(rc, out, "ddp", 2)
     same_params(gloo_params, path)
 

@@ -27,6 +27,7 @@ import datetime
 import faulthandler
 import gc
 import os
+import re
 import signal
 import sys
 
@@ -263,12 +264,13 @@ def train(backend, steps=5, kill_at=None, hook=False, fsdp=False):
         torch.nn.functional.mse_loss(ddp(x), y).backward()
         opt.step()
     params = [(p.full_tensor() if fsdp else p).detach().clone() for p in model.parameters()]
-    if fsdp and backend == "tutti":  # FSDP2's gathers and reduce-scatters ran on Tutti
+    if "tutti" in backend:  # FSDP2's gathers and reduce-scatters, DDP's buckets ran on Tutti
         ops = tutti.torch.stats()
-        for op in ("allgather", "reducescatter"):
+        for op in (("allgather", "reducescatter") if fsdp else ("allreduce",)):
             calls = sum(v for k, v in ops.items() if k.startswith("op.%s." % op)
                         and k.endswith(".calls"))
-            assert calls >= steps, "%d %s calls in %d FSDP2 steps" % (calls, op, steps)
+            assert calls >= steps, "%d %s calls in %d steps on %s" % (calls, op, steps,
+                                                                     backend)
     # Every rank holds the same parameters.
     for p in params:
         gathered = [torch.zeros_like(p) for _ in range(n)]
@@ -303,8 +305,11 @@ def ddp():
     n = ARGS.size or int(os.environ.get("WORLD_SIZE", "0"))
     runs = []
     fsdp = ARGS.mode == "fsdp"
-    for i, backend in enumerate(ARGS.backends.split(",")):
-        hook = not fsdp and backend == "tutti" and "tutti" in ARGS.backends.split(",")[:i]
+    # Commas separate the runs' backends, except inside a device-qualified one
+    # ("cpu:tutti,cuda:gloo" is one run).
+    backends = re.split(r",(?![a-z]+:)", ARGS.backends)
+    for i, backend in enumerate(backends):
+        hook = not fsdp and backend == "tutti" and "tutti" in backends[:i]
         runs.append(train(backend, hook=hook, fsdp=fsdp))
     for params in runs[1:]:
         compare(runs[0], params, n, "parameters of two runs")
