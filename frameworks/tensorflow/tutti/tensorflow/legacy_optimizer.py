@@ -4,11 +4,9 @@ process set; apply_gradients() applies them with the wrapped optimizer."""
 
 import tensorflow as tf
 
+from tutti.tensorflow import _var_key as _key
+
 _V1Optimizer = tf.compat.v1.train.Optimizer
-
-
-def _key(var):
-    return var.ref() if hasattr(var, "ref") else id(var)
 
 
 class _LegacyDistributedOptimizer(_V1Optimizer):
