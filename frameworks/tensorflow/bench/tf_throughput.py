@@ -15,7 +15,7 @@ compiled with plain SGD and stepped with `train_on_batch` (Keras' compiled train
 what `model.fit` runs per batch), with tutti.keras' DistributedOptimizer, and alone with no
 communication at all (the compute's floor: the step minus it is the communication overhead).
 The strategy has no Keras counterpart here: Keras 3's `fit` and `train_on_batch` fail under
-MultiWorkerMirroredStrategy (keras-team/keras issue 20585, open since TensorFlow 2.16;
+MultiWorkerMirroredStrategy (https://github.com/keras-team/keras/issues/20585, open since TensorFlow 2.16;
 TensorFlow 2.21 with Keras 3.15 fails the same way), so `mwms` is its only form.
 
     tuttirun -np 2 python bench/tf_throughput.py
