@@ -114,11 +114,14 @@ TensorEntry makeEntry(const std::string& name, OpType op, const TensorView& inpu
   return e;
 }
 
-Status submit(const OpOptions& options, std::vector<TensorEntry> entries, Handle* handle) {
+// The `count` entries at `entries` under one handle; one tensor is submit(options, &e, 1,
+// handle), without a list (a training step submits each gradient this way).
+Status submit(const OpOptions& options, TensorEntry* entries, size_t count, Handle* handle) {
   auto rt = current();
   if (!rt) return notInitialized();
   if (handle == nullptr) return Status(StatusCode::kInvalidArgument, "handle pointer is null");
-  return guarded([&] { return rt->submit(options.process_set, std::move(entries), options.callback, handle); });
+  return guarded(
+      [&] { return rt->submit(options.process_set, entries, count, options.callback, handle); });
 }
 
 Status checkSameLayout(const std::string& name, const TensorView& in, const TensorView& out) {
@@ -209,9 +212,8 @@ Status allreduceAsync(const std::string& name, const TensorView& input, const Te
                       const OpOptions& options, Handle* handle) {
   Status layout = checkSameLayout(name, input, output);
   if (!layout.ok()) return layout;
-  std::vector<TensorEntry> entries;
-  entries.push_back(makeEntry(name, OpType::kAllreduce, input, output.data, options));
-  return submit(options, std::move(entries), handle);
+  TensorEntry e = makeEntry(name, OpType::kAllreduce, input, output.data, options);
+  return submit(options, &e, 1, handle);
 }
 
 Status groupedAllreduceAsync(const std::vector<std::string>& names,
@@ -231,22 +233,20 @@ Status groupedAllreduceAsync(const std::vector<std::string>& names,
       return Status(StatusCode::kInvalidArgument, "grouped_allreduce: tensor " + std::to_string(i) + " has no name");
     entries.push_back(makeEntry(names[i], OpType::kAllreduce, inputs[i], outputs[i].data, options));
   }
-  return submit(options, std::move(entries), handle);
+  return submit(options, entries.data(), entries.size(), handle);
 }
 
 Status broadcastAsync(const std::string& name, const TensorView& buffer, const OpOptions& options,
                       Handle* handle) {
-  std::vector<TensorEntry> entries;
-  entries.push_back(makeEntry(name, OpType::kBroadcast, buffer, buffer.data, options));
-  return submit(options, std::move(entries), handle);
+  TensorEntry e = makeEntry(name, OpType::kBroadcast, buffer, buffer.data, options);
+  return submit(options, &e, 1, handle);
 }
 
 #define TUTTI_OUTPUT_OP(fn, op_type)                                                         \
   Status fn(const std::string& name, const TensorView& input, const OpOptions& options,     \
             Handle* handle) {                                                                \
-    std::vector<TensorEntry> entries;                                                        \
-    entries.push_back(makeEntry(name, op_type, input, nullptr, options));                    \
-    return submit(options, std::move(entries), handle);                                      \
+    TensorEntry e = makeEntry(name, op_type, input, nullptr, options);                       \
+    return submit(options, &e, 1, handle);                                                   \
   }
 TUTTI_OUTPUT_OP(allgatherAsync, OpType::kAllgather)
 TUTTI_OUTPUT_OP(alltoallAsync, OpType::kAlltoall)
@@ -259,9 +259,8 @@ Status controlOp(OpType op, int process_set, Handle* handle) {
   options.process_set = process_set;
   TensorView none;
   none.dtype = DataType::kUInt8;
-  std::vector<TensorEntry> entries;
-  entries.push_back(makeEntry("", op, none, nullptr, options));
-  return submit(options, std::move(entries), handle);
+  TensorEntry e = makeEntry("", op, none, nullptr, options);
+  return submit(options, &e, 1, handle);
 }
 }  // namespace
 

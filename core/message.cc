@@ -123,12 +123,17 @@ bool Request::operator==(const Request& o) const {
          group == o.group && group_size == o.group_size;
 }
 
-std::string serialize(const RequestList& list) {
+namespace {
+
+// A request list's bytes from its requests wherever they are (a list, queue entries).
+template <typename Requests, typename Deref>
+std::string serializeList(const Requests& requests, bool shutdown, Deref deref) {
   Writer w;
   w.put<uint32_t>(kRequestMagic);
-  w.put<uint8_t>(list.shutdown ? 1 : 0);
-  w.put<uint32_t>(static_cast<uint32_t>(list.requests.size()));
-  for (const auto& q : list.requests) {
+  w.put<uint8_t>(shutdown ? 1 : 0);
+  w.put<uint32_t>(static_cast<uint32_t>(requests.size()));
+  for (const auto& item : requests) {
+    const Request& q = deref(item);
     w.put<uint8_t>(static_cast<uint8_t>(q.op));
     w.put<uint8_t>(static_cast<uint8_t>(q.dtype));
     w.put<uint8_t>(static_cast<uint8_t>(q.reduce_op));
@@ -143,6 +148,17 @@ std::string serialize(const RequestList& list) {
     w.put<int32_t>(q.group_size);
   }
   return w.take();
+}
+
+}  // namespace
+
+std::string serialize(const RequestList& list) {
+  return serializeList(list.requests, list.shutdown,
+                       [](const Request& q) -> const Request& { return q; });
+}
+
+std::string serializeRequests(const std::vector<const Request*>& requests) {
+  return serializeList(requests, false, [](const Request* q) -> const Request& { return *q; });
 }
 
 RequestList parseRequestList(const std::string& bytes) {

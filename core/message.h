@@ -61,6 +61,8 @@ struct ResponseList {
 };
 
 std::string serialize(const RequestList& list);
+// serialize() of a list (not shutting down) of requests held elsewhere (queue entries).
+std::string serializeRequests(const std::vector<const Request*>& requests);
 RequestList parseRequestList(const std::string& bytes);
 std::string serialize(const ResponseList& list);
 ResponseList parseResponseList(const std::string& bytes);

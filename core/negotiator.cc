@@ -44,12 +44,12 @@ Negotiator::Negotiator(int set_id, int rank, int size, int64_t cache_capacity)
     : id_(set_id), rank_(rank), size_(size), coordinator_(size), cache_(cache_capacity) {}
 
 template <typename Drop>
-void Negotiator::dropHits(std::vector<Request>& out, Drop drop) {
+void Negotiator::dropHits(Requests* out, Drop drop) {
   // In place, order kept: no allocation when nothing is dropped.
   size_t kept = 0;
   for (auto& hit : hits_) {
     if (drop(hit)) {
-      out.push_back(std::move(hit.request));
+      if (out) out->push_back(hit.request);
       continue;
     }
     if (&hits_[kept] != &hit) hits_[kept] = std::move(hit);
@@ -65,33 +65,40 @@ void Negotiator::noteDemotedGroup(const std::string& group) {
 }
 
 template <typename Drop>
-void Negotiator::dropHitsWithGroups(std::vector<Request>& out, Drop drop) {
-  dropHits(out, [&](const CacheHit& h) {
+void Negotiator::dropHitsWithGroups(Requests& out, Drop drop) {
+  dropHits(&out, [&](const CacheHit& h) {
     const bool demoted =
-        drop(h) || (!h.request.group.empty() &&
-                    std::find(demoted_groups_.begin(), demoted_groups_.end(), h.request.group) !=
-                        demoted_groups_.end());
+        drop(h) || (!h.request->group.empty() &&
+                    std::find(demoted_groups_.begin(), demoted_groups_.end(),
+                              h.request->group) != demoted_groups_.end());
     if (demoted) demoted_slots_.push_back(h.slot);
     return demoted;
   });
 }
 
 template <typename Drop>
-void Negotiator::demoteHits(std::vector<Request>& out, Drop drop) {
+void Negotiator::demoteHits(Requests& out, Drop drop) {
   demoted_groups_.clear();
   for (const auto& hit : hits_)
-    if (drop(hit)) noteDemotedGroup(hit.request.group);
+    if (drop(hit)) noteDemotedGroup(hit.request->group);
   dropHitsWithGroups(out, drop);
 }
 
 void Negotiator::useCache(bool on) {
   if (on == cache_on_) return;
   cache_on_ = on;
-  dropHits(demoted_, [](const CacheHit&) { return true; });
+  dropHits(&demoted_, [](const CacheHit&) { return true; });
   cache_.clear();
 }
 
-void Negotiator::contribute(std::vector<Request> fresh, std::string stall, RoundBits& bits,
+void Negotiator::forget() {
+  hits_.clear();
+  demoted_.clear();
+  misses_.clear();
+  demoted_slots_.clear();
+}
+
+void Negotiator::contribute(const Requests& fresh, std::string stall, RoundBits& bits,
                             size_t index, Timeline* tl, int64_t* hits, int64_t* misses) {
   misses_.clear();
   misses_.swap(demoted_);
@@ -100,27 +107,27 @@ void Negotiator::contribute(std::vector<Request> fresh, std::string stall, Round
   demoted_slots_.clear();
   demoteHits(misses_, [&](const CacheHit& h) { return now - h.since > kHitPatience; });
   hits_.reserve(hits_.size() + fresh.size());
-  for (auto& q : fresh) {
-    if (q.op == OpType::kJoin) joined_ = true;
-    const int slot = cache_on_ ? cache_.lookup(q) : -1;
+  for (const Request* q : fresh) {
+    if (q->op == OpType::kJoin) joined_ = true;
+    int stale = -1;
+    const int slot = cache_on_ ? cache_.lookup(*q, &stale) : -1;
     (slot >= 0 ? *hits : *misses) += 1;
     if (tl) {
-      tl->dequeued(id_, q.op, q.name);
-      tl->begin(id_, q.op, q.name, negotiatePhaseName(q.op),
+      tl->dequeued(id_, q->op, q->name);
+      tl->begin(id_, q->op, q->name, negotiatePhaseName(q->op),
                 slot >= 0 ? "\"cache\":\"hit\"" : "");
     }
     if (slot >= 0) {
-      hits_.push_back(CacheHit{slot, std::move(q), now});
+      hits_.push_back(CacheHit{slot, q, now});
       continue;
     }
-    const int stale = cache_on_ ? cache_.slotOfName(q.name) : -1;
     if (stale >= 0) bits.clear(bits.valid(index, stale));
-    misses_.push_back(std::move(q));
+    misses_.push_back(q);
   }
   // A group runs from the cache only if all of it hit: with a miss, its hits go to full
   // negotiation too (the same on every member: their caches and requests are the same).
   demoted_groups_.clear();
-  for (const auto& q : misses_) noteDemotedGroup(q.group);
+  for (const Request* q : misses_) noteDemotedGroup(q->group);
   if (!demoted_groups_.empty())
     dropHitsWithGroups(misses_, [](const CacheHit&) { return false; });
   if (!misses_.empty() || !stall_.empty()) bits.clear(bits.noNew(index));
@@ -134,9 +141,10 @@ Agreement Negotiator::agree(const RoundBits& bits, size_t index, ControlPlane& c
                             int64_t fusion_threshold) {
   Agreement out;
   const bool someone_joined = !bits.test(bits.noJoin(index));
-  std::vector<int> ready;
+  std::vector<int>& ready = ready_;
+  ready.clear();
   if (someone_joined) {  // the coordinator must see every request while a rank is joined
-    dropHits(misses_, [](const CacheHit&) { return true; });
+    dropHits(&misses_, [](const CacheHit&) { return true; });
   } else {
     // 1. A slot some rank found stale: every member negotiates its waiting hits in full.
     // 2. Cached ops every member holds run now, in slot order.
@@ -156,8 +164,8 @@ Agreement Negotiator::agree(const RoundBits& bits, size_t index, ControlPlane& c
                                                     slot) != demoted_slots_.end();
                                  }),
                   ready.end());
-    std::vector<Request> ignored;  // their entries run from the cached responses
-    dropHits(ignored, [&](const CacheHit& h) {
+    // Their entries run from the cached responses.
+    dropHits(nullptr, [&](const CacheHit& h) {
       return std::binary_search(ready.begin(), ready.end(), h.slot);
     });
   }
@@ -235,10 +243,8 @@ void Negotiator::negotiate(ControlPlane& control, Deadline deadline, Timeline* t
   // 1. Every member sends its misses to the set's rank 0.
   // 2. Rank 0 adds them to the coordinator's table and broadcasts what became ready (and
   //    its fatal stall verdict, if any); every member appends that to `responses`.
-  RequestList list;
-  list.requests = std::move(misses_);
+  std::vector<std::string> gathered = control.gather(serializeRequests(misses_), deadline);
   misses_.clear();
-  std::vector<std::string> gathered = control.gather(serialize(list), deadline);
   std::string answer;
   if (rank_ == 0) {
     const auto now = Clock::now();

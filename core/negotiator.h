@@ -96,11 +96,14 @@ class Negotiator {
   // `rank` is this process's index in the set (-1 when not a member, which never calls it).
   Negotiator(int set_id, int rank, int size, int64_t cache_capacity);
 
-  // Step 1. `fresh` are the requests this rank submitted since the last round; `stall` is
-  // rank 0's fatal stall verdict ("" when none; a verdict forces a negotiation, which
-  // delivers it to every member). Counts the cache's hits and misses into *hits, *misses.
-  void contribute(std::vector<Request> fresh, std::string stall, RoundBits& bits, size_t index,
-                  Timeline* tl, int64_t* hits, int64_t* misses);
+  // Step 1. `fresh` are the requests this rank submitted since the last round, read in
+  // place in their queue entries (TensorQueue::popNew): the negotiator keeps the pointers
+  // until the requests are agreed on (an entry is taken only after that) or forget() drops
+  // them. `stall` is rank 0's fatal stall verdict ("" when none; a verdict forces a
+  // negotiation, which delivers it to every member). Counts the cache's hits and misses
+  // into *hits, *misses.
+  void contribute(const std::vector<const Request*>& fresh, std::string stall, RoundBits& bits,
+                  size_t index, Timeline* tl, int64_t* hits, int64_t* misses);
   // Step 3, after the AND. Throws Error(kTimeout) with rank 0's fatal stall verdict, on
   // every member. `queue` gives the requests behind negotiated responses (for the cache).
   // The responses come fused into batches of up to `fusion_threshold` bytes (planFusion).
@@ -111,30 +114,35 @@ class Negotiator {
   // Autotune's switch, applied at the same round on every member before contribute(): off
   // empties the cache and sends the waiting hits to full negotiation; on starts empty.
   void useCache(bool on);
+  // The set is removed (its queue's entries go): drops every request it points at, waiting
+  // hits, demoted requests and this round's misses. The cache stays as it is.
+  void forget();
   // Requests demoted to full negotiation wait: the next round should come at once.
   bool hasDemoted() const { return !demoted_.empty(); }
   // Rank 0: the table of requests still waiting for some members (stall checks).
   const Coordinator& coordinator() const { return coordinator_; }
 
  private:
+  // Requests are their queue entries', read in place (contribute()).
+  using Requests = std::vector<const Request*>;
   struct CacheHit {
     int slot;
-    Request request;
+    const Request* request;
     Clock::time_point since;
   };
-  // Moves the waiting hits for which `drop(hit)` holds into `out`.
+  // Moves the waiting hits for which `drop(hit)` holds into `*out` (dropped when null).
   template <typename Drop>
-  void dropHits(std::vector<Request>& out, Drop drop);
+  void dropHits(Requests* out, Drop drop);
   // dropHits() for hits that go to full negotiation: with each one, the other waiting hits
   // of its group (the coordinator holds a group back until all its tensors arrive). The
   // slots of the hits demoted go to demoted_slots_ as well.
   template <typename Drop>
-  void demoteHits(std::vector<Request>& out, Drop drop);
+  void demoteHits(Requests& out, Drop drop);
   // demoteHits()' parts: a group to demote (once; "" is none), and dropHits() of the hits
   // for which `drop` holds or whose group was noted, their slots kept in demoted_slots_.
   void noteDemotedGroup(const std::string& group);
   template <typename Drop>
-  void dropHitsWithGroups(std::vector<Request>& out, Drop drop);
+  void dropHitsWithGroups(Requests& out, Drop drop);
   void negotiate(ControlPlane& control, Deadline deadline, Timeline* tl,
                  std::vector<Response>* responses);
   void markMissing(const std::vector<Request>& arrived, Clock::time_point now, Timeline* tl);
@@ -151,8 +159,9 @@ class Negotiator {
   bool cache_on_ = true;
   bool joined_ = false;            // this rank's join is in flight
   std::vector<CacheHit> hits_;     // hits waiting for the other members
-  std::vector<Request> demoted_;   // to negotiate in full next round
-  std::vector<Request> misses_;    // this round's, from contribute() to agree()
+  Requests demoted_;               // to negotiate in full next round
+  Requests misses_;                // this round's, from contribute() to agree()
+  std::vector<int> ready_;         // agree()'s cached slots, its capacity reused
   std::string stall_;              // this round's, from contribute() to agree()
   std::vector<std::string> demoted_groups_;  // demoteHits()' scratch
   std::vector<int> demoted_slots_;           // demoteHits()' slots, read by agree()

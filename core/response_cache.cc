@@ -9,47 +9,37 @@ bool ResponseCache::cacheable(const Request& q) {
          q.op == OpType::kReducescatter;
 }
 
-// Only the fields the coordinator checks for this op: a field it ignores (allreduce's root)
-// may differ between ranks and must not make their caches differ.
-void ResponseCache::key(const Request& q, std::string* out) {
-  std::string& k = *out;
-  k.clear();
-  k.reserve(q.name.size() + q.group.size() + 40 + q.shape.size() * sizeof(int64_t));
-  auto put = [&k](const void* p, size_t n) { k.append(static_cast<const char*>(p), n); };
-  uint8_t kinds[3] = {static_cast<uint8_t>(q.op), static_cast<uint8_t>(q.dtype),
-                      static_cast<uint8_t>(q.device)};
-  put(kinds, sizeof kinds);
+namespace {
+
+// Scale factors compare as bits, so that any value (NaN, -0.0) hits only itself.
+bool sameBits(double a, double b) { return std::memcmp(&a, &b, sizeof a) == 0; }
+
+}  // namespace
+
+bool ResponseCache::sameSignature(const Request& cached, const Request& q) {
+  if (cached.op != q.op || cached.dtype != q.dtype || cached.device != q.device) return false;
   if (q.op == OpType::kBroadcast) {
-    put(&q.root, sizeof q.root);
-  } else {
-    uint8_t op = static_cast<uint8_t>(q.reduce_op);
-    put(&op, 1);
-    put(&q.prescale, sizeof q.prescale);
-    put(&q.postscale, sizeof q.postscale);
+    if (cached.root != q.root) return false;
+  } else if (cached.reduce_op != q.reduce_op || !sameBits(cached.prescale, q.prescale) ||
+             !sameBits(cached.postscale, q.postscale)) {
+    return false;
   }
-  uint32_t ndim = static_cast<uint32_t>(q.shape.size());
-  put(&ndim, sizeof ndim);
-  if (ndim) put(q.shape.data(), ndim * sizeof(int64_t));
-  // A grouped op's group (its key names the group's first tensor and its size): the same
-  // tensor in another group, or outside any, is another signature.
-  const int32_t group_size = q.group.empty() ? 0 : q.group_size;
-  put(&group_size, sizeof group_size);
-  const uint32_t group_chars = static_cast<uint32_t>(q.group.size());
-  put(&group_chars, sizeof group_chars);
-  k += q.group;
-  k += q.name;
+  // A grouped op's group (named by its first tensor and its size): the same tensor in
+  // another group, or outside any, is another signature.
+  const int32_t cached_group = cached.group.empty() ? 0 : cached.group_size;
+  const int32_t group = q.group.empty() ? 0 : q.group_size;
+  return cached.shape == q.shape && cached_group == group && cached.group == q.group;
 }
 
-int ResponseCache::lookup(const Request& q) const {
-  if (slots_.empty() || !cacheable(q)) return -1;
-  key(q, &scratch_);  // the steady state looks up every tensor every step: no allocation
-  auto it = index_.find(scratch_);
-  return it == index_.end() ? -1 : it->second;
-}
-
-int ResponseCache::slotOfName(const std::string& name) const {
-  auto it = by_name_.find(name);
-  return it == by_name_.end() ? -1 : it->second;
+int ResponseCache::lookup(const Request& q, int* stale) const {
+  if (stale) *stale = -1;
+  if (slots_.empty()) return -1;
+  auto it = by_name_.find(q.name);  // the steady state looks up every tensor every step
+  if (it == by_name_.end()) return -1;
+  if (cacheable(q) && sameSignature(slots_[static_cast<size_t>(it->second)].request, q))
+    return it->second;
+  if (stale) *stale = it->second;  // any other op or signature under the name
+  return -1;
 }
 
 size_t ResponseCache::inside(int slot) const {
@@ -71,24 +61,18 @@ size_t ResponseCache::held(int slot) const {
 void ResponseCache::erase(int slot) {
   Slot& s = slots_[inside(slot)];
   if (s.last_used == 0) return;
-  index_.erase(s.key);
-  by_name_.erase(s.name);
+  by_name_.erase(s.request.name);
   s = Slot();
 }
 
 int ResponseCache::put(const Request& q, const Response& r) {
   if (slots_.empty() || !cacheable(q)) return -1;
-  std::string k;
-  key(q, &k);
-  auto it = index_.find(k);
-  int slot, replaced = -1;
-  if (it != index_.end()) {
-    slot = it->second;
-  } else {
-    int same_name = slotOfName(q.name);
-    if (same_name >= 0) {
-      slot = same_name;
-    } else {
+  int stale = -1;
+  int slot = lookup(q, &stale), replaced = -1;
+  if (slot < 0) {
+    // The name's slot when it holds another signature, else the least recently used one.
+    slot = stale;
+    if (slot < 0) {
       slot = 0;
       for (size_t i = 1; i < slots_.size(); ++i)
         if (slots_[i].last_used < slots_[slot].last_used) slot = static_cast<int>(i);
@@ -97,9 +81,7 @@ int ResponseCache::put(const Request& q, const Response& r) {
       replaced = slot;
       erase(slot);
     }
-    slots_[slot].key = k;
-    slots_[slot].name = q.name;
-    index_[k] = slot;
+    slots_[slot].request = q;
     by_name_[q.name] = slot;
   }
   slots_[slot].response = r;

@@ -1,6 +1,6 @@
-// The response cache of one process set: responses agreed before, keyed by everything the
-// agreement depended on, so that a repeat (the same gradient next step) needs no gather and
-// no broadcast, only its bit in the round's AND-allreduce.
+// The response cache of one process set: responses agreed before, one slot per tensor name,
+// each with the signature its agreement depended on, so that a repeat (the same gradient next
+// step) needs no gather and no broadcast, only its bit in the round's AND-allreduce.
 //
 // Identical on every member by construction: it changes only at the end of a round, in the
 // round's agreed order (hits in slot order, then new responses in response order), with a
@@ -24,10 +24,11 @@ class ResponseCache {
   // one rank's request once the ranks are known to agree. A group's tensors hit or miss
   // together (the Negotiator sends the whole group to full negotiation when one misses).
   static bool cacheable(const Request& q);
-  // The slot holding a response for exactly this request, or -1.
-  int lookup(const Request& q) const;
-  // The slot holding a response for this name with any other signature, or -1.
-  int slotOfName(const std::string& name) const;
+  // The slot holding a response for exactly this request, or -1: found by the request's
+  // name (one hash of it, no key built), then its signature compared field by field.
+  // *stale (when given) receives the slot holding this name for another op or signature
+  // (uncacheable ops included), or -1.
+  int lookup(const Request& q, int* stale = nullptr) const;
   // A slot (from the round's bits: another rank's data) outside the cache, or empty where
   // a response is read, is an Error(kInternal), never an index.
   const Response& response(int slot) const { return slots_[held(slot)].response; }
@@ -39,20 +40,20 @@ class ResponseCache {
   void clear();  // every slot (autotune turning the cache off)
 
  private:
-  static void key(const Request& q, std::string* out);
+  // Whether `q` asks for what `cached` was agreed for: only the fields the coordinator
+  // checks for this op (a field it ignores, allreduce's root, may differ between ranks and
+  // must not make their caches differ). The process set is the cache's own.
+  static bool sameSignature(const Request& cached, const Request& q);
   size_t inside(int slot) const;  // checked index
   size_t held(int slot) const;    // checked index of a slot holding a response
   struct Slot {
-    std::string key;
-    std::string name;
+    Request request;  // the signature the response was agreed for (its name included)
     Response response;
     uint64_t last_used = 0;  // 0 = empty
   };
   std::vector<Slot> slots_;
-  std::unordered_map<std::string, int> index_;    // key -> slot
   std::unordered_map<std::string, int> by_name_;  // name -> slot
   uint64_t clock_ = 0;
-  mutable std::string scratch_;  // lookup()'s key, its capacity reused
 };
 
 }  // namespace tutti

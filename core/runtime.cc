@@ -110,9 +110,10 @@ std::shared_ptr<ProcessSet> Runtime::createSet(int id, std::vector<int> ranks) {
   return set;
 }
 
-Status Runtime::submit(int process_set, std::vector<TensorEntry> entries, Callback callback,
+Status Runtime::submit(int process_set, TensorEntry* entries, size_t count, Callback callback,
                        Handle* handle) {
   if (stopped_once_.load()) return stoppedStatus();
+  if (count == 0) return Status(StatusCode::kInvalidArgument, "submit: no tensor to submit");
   auto set = sets_.find(process_set);
   if (!set)
     return Status(StatusCode::kInvalidArgument,
@@ -124,29 +125,30 @@ Status Runtime::submit(int process_set, std::vector<TensorEntry> entries, Callba
                       " is not a member of process set " + std::to_string(process_set) +
                       " (ranks " + joinInts(set->ranks) + ")");
   try {
-    for (auto& e : entries) validateEntry(e, set->size());
+    for (size_t i = 0; i < count; ++i) validateEntry(entries[i], set->size());
   } catch (const Error& error) {
     return error.status();
   }
-  auto state = handles_.create(static_cast<int>(entries.size()), std::move(callback));
+  auto state = handles_.create(static_cast<int>(count), std::move(callback));
   state->op = entries[0].request.op;
   state->name = entries[0].request.name;
-  state->tensors = static_cast<int>(entries.size());
+  state->tensors = static_cast<int>(count);
   state->process_set = process_set;
-  if (entries.size() > 1) {
-    for (auto& e : entries) {
-      // The same on every rank: no two groups in flight share a first name.
-      e.request.group = entries[0].request.name + "/" + std::to_string(entries.size());
-      e.request.group_size = static_cast<int32_t>(entries.size());
+  if (count > 1) {
+    // The same on every rank: no two groups in flight share a first name.
+    const std::string group = entries[0].request.name + "/" + std::to_string(count);
+    for (size_t i = 0; i < count; ++i) {
+      entries[i].request.group = group;
+      entries[i].request.group_size = static_cast<int32_t>(count);
     }
   }
-  for (auto& e : entries) e.handle = state;
+  for (size_t i = 0; i < count; ++i) entries[i].handle = state;
   const bool traced = timeline_on_.load(std::memory_order_relaxed) || logEnabled(LogLevel::kTrace);
   const OpType op = state->op;
   std::shared_ptr<Timeline> tl = traced ? timeline() : nullptr;
   const int64_t submit_us = tl ? tl->now() : 0;  // before the round can see the request
   std::vector<std::string> names;
-  Status added = set->queue.add(entries, traced ? &names : nullptr);
+  Status added = set->queue.add(entries, count, traced ? &names : nullptr);
   if (!added.ok()) {
     handles_.release(state->id);
     return added;
@@ -268,8 +270,7 @@ Status Runtime::addProcessSet(std::vector<int> ranks, int* id) {
   e.request.op = OpType::kAddProcessSet;
   e.request.splits.assign(ranks.begin(), ranks.end());
   Handle handle = 0;
-  std::vector<TensorEntry> entries(1, std::move(e));
-  Status s = submit(0, std::move(entries), nullptr, &handle);
+  Status s = submit(0, &e, 1, nullptr, &handle);
   if (!s.ok()) return s;
   auto state = handles_.find(handle);
   s = wait(handle, -1, nullptr);
@@ -284,8 +285,7 @@ Status Runtime::removeProcessSet(int id) {
   e.request.op = OpType::kRemoveProcessSet;
   e.request.root = id;
   Handle handle = 0;
-  std::vector<TensorEntry> entries(1, std::move(e));
-  Status s = submit(0, std::move(entries), nullptr, &handle);
+  Status s = submit(0, &e, 1, nullptr, &handle);
   return s.ok() ? wait(handle, -1, nullptr) : s;
 }
 
@@ -404,6 +404,7 @@ void Runtime::applySetChange(const Response& response) {
     if (entry) entry->handle->value = id;
   } else {
     std::shared_ptr<ProcessSet> removed = sets_.remove(response.value);
+    if (removed) removed->negotiator.forget();  // it points into the entries failed below
     if (removed)
       for (auto& e : removed->queue.takeAll())
         HandleTable::complete(*e.handle, Status(StatusCode::kAborted,

@@ -73,9 +73,14 @@ class Runtime {
   const Topology& topology() const { return config_.topology; }
   std::string transportName() const;
 
-  // Validates the entries and queues them under one handle (grouped when more than one).
-  Status submit(int process_set, std::vector<TensorEntry> entries, Callback callback,
+  // Validates the `count` entries at `entries` (moved from) and queues them under one
+  // handle (grouped when more than one). One tensor needs no list: submit(set, &e, 1, ...).
+  Status submit(int process_set, TensorEntry* entries, size_t count, Callback callback,
                 Handle* handle);
+  Status submit(int process_set, std::vector<TensorEntry> entries, Callback callback,
+                Handle* handle) {
+    return submit(process_set, entries.data(), entries.size(), std::move(callback), handle);
+  }
   Status poll(Handle handle, bool* done);
   // *from_allocator (when not null): whether the output came from the op's allocator.
   Status wait(Handle handle, double timeout_seconds, Result* result, bool* from_allocator = nullptr);
@@ -153,6 +158,8 @@ class Runtime {
   std::shared_ptr<Timeline> timeline_;  // under timeline_mu_; null when off
   std::atomic<bool> timeline_on_{false};
   uint64_t rounds_ = 0;  // background thread only
+  // runRound's new requests of a set (popNew), its storage traded with the queues'.
+  std::vector<const Request*> fresh_;
   TuneSettings tuned_;   // in force; background thread only (autotune changes it)
   std::unique_ptr<Autotuner> autotuner_;  // rank 0 with TUTTI_AUTOTUNE
   Clock::time_point tune_window_start_;

@@ -51,8 +51,9 @@ bool Runtime::runRound(bool* had_work) {
     if (!set.member()) continue;
     set.negotiator.useCache(tuned_.cache);
     int64_t hits = 0, misses = 0;
-    set.negotiator.contribute(set.queue.popNew(), set.rank == 0 ? checkStalls(set) : "", bits,
-                              i, tl.get(), &hits, &misses);
+    set.queue.popNew(&fresh_);  // read in place: the entries stay until agreed on
+    set.negotiator.contribute(fresh_, set.rank == 0 ? checkStalls(set) : "", bits, i, tl.get(),
+                              &hits, &misses);
     stats_.addCache(hits, misses);
   }
   // 2. One AND-allreduce over the global set.

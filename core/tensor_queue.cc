@@ -3,42 +3,48 @@
 #include <set>
 
 namespace tutti {
+namespace {
 
-Status TensorQueue::add(std::vector<TensorEntry>& entries, std::vector<std::string>* added) {
+struct Span {  // the entries add() was given
+  TensorEntry* first;
+  size_t count;
+  TensorEntry* begin() const { return first; }
+  TensorEntry* end() const { return first + count; }
+};
+
+}  // namespace
+
+Status TensorQueue::add(TensorEntry* entries, size_t count, std::vector<std::string>* added) {
   std::lock_guard<std::mutex> lock(mu_);
   std::set<std::string> names;  // duplicates within a group (empty for one tensor)
-  for (auto& e : entries) {
+  for (TensorEntry& e : Span{entries, count}) {
     if (e.request.name.empty()) {
       e.request.name = std::string(opTypeName(e.request.op)) + ".noname." +
                        std::to_string(noname_counters_[static_cast<int>(e.request.op)]++);
     }
     if (entries_.count(e.request.name) ||
-        (entries.size() > 1 && !names.insert(e.request.name).second))
+        (count > 1 && !names.insert(e.request.name).second))
       return Status(StatusCode::kDuplicateName,
                     std::string(opTypeName(e.request.op)) + " '" + e.request.name +
                         "': a tensor of this name is already in flight on this rank; wait for "
                         "it before submitting the name again");
   }
-  for (auto& e : entries) {
+  for (TensorEntry& e : Span{entries, count}) {
     if (added) added->push_back(e.request.name);
-    // The entry's node does not move until take(): new_ points at its request, and the
-    // background thread copies it out (popNew), not the submitting thread.
+    // The entry's node does not move until take(): new_ points at its request, which the
+    // background thread reads in place (popNew).
     auto it = nodes_.insert(entries_, e.request.name, std::move(e));
     new_.push_back(&it->second.request);
   }
   return Status::OK();
 }
 
-std::vector<Request> TensorQueue::popNew() {
-  std::vector<Request> out;
+void TensorQueue::popNew(std::vector<const Request*>* out) {
+  out->clear();
   std::lock_guard<std::mutex> lock(mu_);
-  if (new_.empty()) return out;
-  // new_ keeps its capacity: the next burst is likely as large, and submit() then does
+  // new_ takes out's storage: the next burst is likely as large, and submit() then does
   // not reallocate it as it grows.
-  out.reserve(new_.size());
-  for (const Request* q : new_) out.push_back(*q);
-  new_.clear();
-  return out;
+  out->swap(new_);
 }
 
 std::optional<TensorEntry> TensorQueue::takeLocked(const std::string& name) {

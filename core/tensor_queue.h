@@ -27,12 +27,18 @@ struct TensorEntry {
 
 class TensorQueue {
  public:
-  // Adds all entries or none: kDuplicateName if a name is already in flight here (or twice
-  // in `entries`). Empty names get "<op>.noname.<n>". The entries are moved from; `names`
-  // (if given) receives their final names.
-  Status add(std::vector<TensorEntry>& entries, std::vector<std::string>* names = nullptr);
-  // Requests added since the last call, in submission order.
-  std::vector<Request> popNew();
+  // Adds the `count` entries at `entries`, all or none: kDuplicateName if a name is already
+  // in flight here (or twice among them). Empty names get "<op>.noname.<n>". The entries
+  // are moved from; `names` (if given) receives their final names.
+  Status add(TensorEntry* entries, size_t count, std::vector<std::string>* names = nullptr);
+  Status add(std::vector<TensorEntry>& entries, std::vector<std::string>* names = nullptr) {
+    return add(entries.data(), entries.size(), names);
+  }
+  // The requests added since the last call, in submission order, into *out (its previous
+  // contents dropped; the two lists trade storage, so a steady state allocates nothing).
+  // They point into their entries, read in place: each stays valid until its entry is
+  // taken (take(), takeAll()), which the runtime does only after agreeing on it.
+  void popNew(std::vector<const Request*>* out);
   std::optional<TensorEntry> take(const std::string& name);
   // take() for each name, in order, under one lock (a fused batch), into *out (cleared).
   void take(const std::vector<std::string>& names, std::vector<std::optional<TensorEntry>>* out);

@@ -89,6 +89,71 @@ TEST_CASE("the response cache keys on what the ranks agreed on, with determinist
   CHECK(off.lookup(a) == -1);
 }
 
+TEST_CASE("the response cache holds one slot per name and compares the signature field by field") {
+  ResponseCache cache(4);
+  Request a;
+  a.name = "a";
+  a.shape = {4};
+  Response ra;
+  ra.names = {"a"};
+  REQUIRE(cache.put(a, ra) == -1);
+  const int slot = cache.lookup(a);
+  REQUIRE(slot >= 0);
+  int stale = 7;
+  CHECK(cache.lookup(a, &stale) == slot);
+  CHECK(stale == -1);
+  // Each field the coordinator checks, changed alone: a miss that names the name's slot.
+  std::vector<std::pair<const char*, Request>> changed;
+  auto with = [&](const char* what, auto change) {
+    Request q = a;
+    change(q);
+    changed.emplace_back(what, q);
+  };
+  with("dtype", [](Request& q) { q.dtype = DataType::kFloat64; });
+  with("device", [](Request& q) { q.device = DeviceType::kCuda; });
+  with("reduce op", [](Request& q) { q.reduce_op = ReduceOp::kMax; });
+  with("prescale", [](Request& q) { q.prescale = 0.5; });
+  with("postscale", [](Request& q) { q.postscale = -0.0; });
+  with("shape", [](Request& q) { q.shape = {2, 2}; });
+  with("group", [](Request& q) { q.group = "a/2"; q.group_size = 2; });
+  with("op", [](Request& q) { q.op = OpType::kBroadcast; });
+  with("uncached op", [](Request& q) { q.op = OpType::kAllgather; });
+  for (auto& [what, q] : changed) {
+    INFO(what);
+    stale = -1;
+    CHECK(cache.lookup(q, &stale) == -1);
+    CHECK(stale == slot);
+  }
+  Request other_group = a;  // the same size, another group's key
+  other_group.group = "x/2";
+  other_group.group_size = 2;
+  Request grouped = a;
+  grouped.group = "a/2";
+  grouped.group_size = 2;
+  REQUIRE(cache.put(grouped, ra) == slot);  // the name keeps its slot, the old entry goes
+  CHECK(cache.lookup(grouped) == slot);
+  CHECK(cache.lookup(a) == -1);
+  CHECK(cache.lookup(other_group) == -1);
+  // Broadcast: its root counts, its reduction fields do not.
+  Request bc = a;
+  bc.name = "bc";
+  bc.op = OpType::kBroadcast;
+  bc.root = 1;
+  REQUIRE(cache.put(bc, ra) == -1);
+  Request bc_scaled = bc;
+  bc_scaled.prescale = 3.0;
+  CHECK(cache.lookup(bc_scaled) == cache.lookup(bc));
+  Request bc_root = bc;
+  bc_root.root = 0;
+  CHECK(cache.lookup(bc_root) == -1);
+  // A name never cached: no slot, nothing stale.
+  Request none = a;
+  none.name = "none";
+  stale = 7;
+  CHECK(cache.lookup(none, &stale) == -1);
+  CHECK(stale == -1);
+}
+
 TEST_CASE("responseBytes counts what each op moves on this rank, allgather and alltoall included") {
   Response ar = allreduce("a", 10);
   ar.counts = {10, 6};  // fused

@@ -146,14 +146,20 @@ TEST_CASE("the queue takes a batch by name in order, and hands out each request 
   std::vector<TensorEntry> one{entry("a")}, two{entry("b")}, three{entry("c")};
   REQUIRE(queue.add(one).ok());
   REQUIRE(queue.add(two).ok());
-  std::vector<Request> fresh = queue.popNew();
+  std::vector<const Request*> fresh{nullptr};  // dropped by popNew
+  queue.popNew(&fresh);
   REQUIRE(fresh.size() == 2);
-  CHECK(fresh[0].name == "a");
-  CHECK(fresh[1].name == "b");
-  CHECK(fresh[1].shape == std::vector<int64_t>{4});
+  CHECK(fresh[0]->name == "a");
+  CHECK(fresh[1]->name == "b");
+  CHECK(fresh[1]->shape == std::vector<int64_t>{4});
+  const Request* b = fresh[1];  // read in place: the entry's own request until it is taken
   REQUIRE(queue.add(three).ok());
-  CHECK(queue.popNew().size() == 1);
-  CHECK(queue.popNew().empty());
+  queue.popNew(&fresh);
+  REQUIRE(fresh.size() == 1);
+  CHECK(fresh[0]->name == "c");
+  CHECK(b->name == "b");
+  queue.popNew(&fresh);
+  CHECK(fresh.empty());
   std::vector<std::optional<TensorEntry>> taken(1);  // cleared by take()
   queue.take({"c", "missing", "a"}, &taken);
   REQUIRE(taken.size() == 3);
@@ -166,7 +172,8 @@ TEST_CASE("the queue takes a batch by name in order, and hands out each request 
   std::vector<TensorEntry> again{entry("b")};
   CHECK(queue.add(again).code() == StatusCode::kDuplicateName);
   CHECK(queue.takeAll().size() == 1);
-  CHECK(queue.popNew().empty());
+  queue.popNew(&fresh);
+  CHECK(fresh.empty());
 }
 
 TEST_CASE("the block pool recycles freed blocks of each size, keeps a bounded number, and outlives its users") {

@@ -46,7 +46,9 @@ struct Member {
     }
     RoundBits bits(1, kCapacity);
     int64_t hits = 0, misses = 0;
-    negotiator.contribute(queue.popNew(), stall, bits, 0, nullptr, &hits, &misses);
+    std::vector<const Request*> fresh;
+    queue.popNew(&fresh);
+    negotiator.contribute(fresh, stall, bits, 0, nullptr, &hits, &misses);
     control->allreduceAnd(bits.words(), deadlineAfter(10));
     Agreement a = negotiator.agree(bits, 0, *control, queue, deadlineAfter(10), nullptr);
     for (const auto& r : a.responses)
@@ -159,6 +161,38 @@ TEST_CASE("negotiator: a changed shape invalidates the slot on every member and 
         f.add("rank " + std::to_string(m.rank) + ": after the mismatch: " + describe(after));
     });
   }
+}
+
+TEST_CASE("negotiator: another op under a cached name invalidates the slot in the same round "
+          "and fails as a mismatch") {
+  runMembers(2, [](Member& m, Failures& f) {
+    m.round({req("a")});
+    // Rank 1 asks for an allgather 'a' (never cached) where rank 0 hits the allreduce 'a':
+    // the slot goes stale at once, and the coordinator reports the mismatch this round.
+    Request q = req("a");
+    if (m.rank == 1) q.op = OpType::kAllgather;
+    auto mixed = m.round({q});
+    if (mixed.cached != 0 || mixed.responses.size() != 1 ||
+        mixed.responses[0].type != ResponseType::kError ||
+        mixed.responses[0].error_message.find("'a'") == std::string::npos)
+      f.add("rank " + std::to_string(m.rank) + ": expected the mismatch of 'a' reported in "
+            "the same round, got '" + describe(mixed) + "'");
+  });
+}
+
+TEST_CASE("negotiator: forget() drops the requests it reads in place; the cache stays") {
+  runMembers(2, [](Member& m, Failures& f) {
+    m.round({req("a"), req("b")});
+    // Rank 0's hit on 'a' waits for rank 1, then the set's entries go (a removed set).
+    auto waiting = m.round(m.rank == 0 ? std::vector<Request>{req("a")} : std::vector<Request>{});
+    expect(f, m, waiting, "0 cached:", "hit on rank 0 only");
+    m.negotiator.forget();
+    m.queue.takeAll();
+    if (m.negotiator.hasDemoted()) f.add("rank " + std::to_string(m.rank) + ": demoted after forget");
+    // Nothing of the forgotten hit is read again; the cached slots still serve both names.
+    auto again = m.round({req("a"), req("b")});
+    expect(f, m, again, "2 cached: allreduce a allreduce b", "after forget");
+  });
 }
 
 // The tensors of one grouped allreduce: the group's key names its first tensor and size.
