@@ -95,33 +95,72 @@ Status guarded(F&& f) {
   }
 }
 
-TensorEntry makeEntry(const std::string& name, OpType op, const TensorView& input, void* output,
-                      const OpOptions& options) {
-  TensorEntry e;
-  e.request.op = op;
-  e.request.name = name;
-  e.request.dtype = input.dtype;
-  e.request.reduce_op = options.op;
-  e.request.device = input.device.type;
-  e.request.root = options.root;
-  e.request.prescale = options.prescale;
-  e.request.postscale = options.postscale;
-  e.request.shape = input.shape;
-  e.request.splits = options.splits;
+// Every field of `e` from the call, assigned into the storage it has (no allocation when it
+// held as long a name and shape before).
+void fillEntry(TensorEntry& e, const std::string& name, OpType op, const TensorView& input,
+               void* output, const OpOptions& options) {
+  Request& q = e.request;
+  q.rank = 0;
+  q.op = op;
+  q.name = name;
+  q.dtype = input.dtype;
+  q.reduce_op = options.op;
+  q.device = input.device.type;
+  q.root = options.root;
+  q.prescale = options.prescale;
+  q.postscale = options.postscale;
+  q.shape = input.shape;
+  q.splits = options.splits;
+  q.group.clear();
+  q.group_size = 0;
   e.input = input.data;
   e.output = output;
   e.allocator = options.allocator;
+  e.handle.reset();
+}
+
+TensorEntry makeEntry(const std::string& name, OpType op, const TensorView& input, void* output,
+                      const OpOptions& options) {
+  TensorEntry e;
+  fillEntry(e, name, op, input, output, options);
   return e;
 }
 
-// The `count` entries at `entries` under one handle; one tensor is submit(options, &e, 1,
-// handle), without a list (a training step submits each gradient this way).
+// The `count` entries at `entries` under one handle (the queue copies their requests).
 Status submit(const OpOptions& options, TensorEntry* entries, size_t count, Handle* handle) {
   auto rt = current();
   if (!rt) return notInitialized();
   if (handle == nullptr) return Status(StatusCode::kInvalidArgument, "handle pointer is null");
   return guarded(
       [&] { return rt->submit(options.process_set, entries, count, options.callback, handle); });
+}
+
+// One tensor, without a list: a training step submits each gradient this way. The entry is
+// this thread's, reused (its name and shape keep their storage), unless a call is already
+// using it on this thread (a callback run by a failing submit that submits again).
+Status submitOne(const std::string& name, OpType op, const TensorView& input, void* output,
+                 const OpOptions& options, Handle* handle) {
+  struct One {
+    TensorEntry entry;
+    bool busy = false;
+  };
+  thread_local One t_one;  // one thread-local (one TLS look-up per call)
+  One& one = t_one;
+  if (one.busy) {
+    TensorEntry e = makeEntry(name, op, input, output, options);
+    return submit(options, &e, 1, handle);
+  }
+  struct Busy {  // the entry lets go of the caller's allocator and handle however it ends
+    One& one;
+    ~Busy() {
+      one.entry.allocator = nullptr;
+      one.entry.handle.reset();
+      one.busy = false;
+    }
+  } busy{one};
+  one.busy = true;
+  fillEntry(one.entry, name, op, input, output, options);
+  return submit(options, &one.entry, 1, handle);
 }
 
 Status checkSameLayout(const std::string& name, const TensorView& in, const TensorView& out) {
@@ -212,8 +251,7 @@ Status allreduceAsync(const std::string& name, const TensorView& input, const Te
                       const OpOptions& options, Handle* handle) {
   Status layout = checkSameLayout(name, input, output);
   if (!layout.ok()) return layout;
-  TensorEntry e = makeEntry(name, OpType::kAllreduce, input, output.data, options);
-  return submit(options, &e, 1, handle);
+  return submitOne(name, OpType::kAllreduce, input, output.data, options, handle);
 }
 
 Status groupedAllreduceAsync(const std::vector<std::string>& names,
@@ -238,15 +276,13 @@ Status groupedAllreduceAsync(const std::vector<std::string>& names,
 
 Status broadcastAsync(const std::string& name, const TensorView& buffer, const OpOptions& options,
                       Handle* handle) {
-  TensorEntry e = makeEntry(name, OpType::kBroadcast, buffer, buffer.data, options);
-  return submit(options, &e, 1, handle);
+  return submitOne(name, OpType::kBroadcast, buffer, buffer.data, options, handle);
 }
 
 #define TUTTI_OUTPUT_OP(fn, op_type)                                                         \
   Status fn(const std::string& name, const TensorView& input, const OpOptions& options,     \
             Handle* handle) {                                                                \
-    TensorEntry e = makeEntry(name, op_type, input, nullptr, options);                       \
-    return submit(options, &e, 1, handle);                                                   \
+    return submitOne(name, op_type, input, nullptr, options, handle);                        \
   }
 TUTTI_OUTPUT_OP(allgatherAsync, OpType::kAllgather)
 TUTTI_OUTPUT_OP(alltoallAsync, OpType::kAlltoall)
@@ -259,8 +295,7 @@ Status controlOp(OpType op, int process_set, Handle* handle) {
   options.process_set = process_set;
   TensorView none;
   none.dtype = DataType::kUInt8;
-  TensorEntry e = makeEntry("", op, none, nullptr, options);
-  return submit(options, &e, 1, handle);
+  return submitOne("", op, none, nullptr, options, handle);
 }
 }  // namespace
 

@@ -65,8 +65,8 @@ class BlockPool {
 };
 
 // The nodes of entries taken out of an unordered map (`keep` at most), reused by the next
-// insertions: no allocation for the node, and a string key keeps its storage. Not
-// thread-safe: used under its map's lock.
+// insertions: no allocation for the node, and a string key keeps its storage (so does a
+// value filled in place: insertWith). Not thread-safe: used under its map's lock.
 template <typename Map>
 class SpareNodes {
  public:
@@ -81,12 +81,32 @@ class SpareNodes {
     node.mapped() = std::forward<Value>(value);
     return map.insert(std::move(node)).position;
   }
+  // insert() whose value is filled in place by fill(mapped): a reused node's value is the
+  // one it held (its strings and vectors keep their storage for fill to assign into).
+  template <typename Key, typename Fill>
+  typename Map::iterator insertWith(Map& map, Key&& key, Fill fill) {
+    typename Map::iterator it;
+    if (spare_.empty()) {
+      it = map.emplace(std::forward<Key>(key), typename Map::mapped_type()).first;
+    } else {
+      typename Map::node_type node = std::move(spare_.back());
+      spare_.pop_back();
+      node.key() = std::forward<Key>(key);
+      it = map.insert(std::move(node)).position;
+    }
+    fill(it->second);
+    return it;
+  }
   // Takes the entry at `it` out of `map`: returns its value and keeps its node.
   typename Map::mapped_type take(Map& map, typename Map::iterator it) {
     typename Map::node_type node = map.extract(it);
     typename Map::mapped_type value = std::move(node.mapped());
-    if (spare_.size() < keep_) spare_.push_back(std::move(node));
+    give(std::move(node));
     return value;
+  }
+  // A node taken out of its map by its user (map.extract), given back for reuse.
+  void give(typename Map::node_type node) {
+    if (!node.empty() && spare_.size() < keep_) spare_.push_back(std::move(node));
   }
 
  private:

@@ -256,12 +256,16 @@ tutti_status_t tutti_allreduce_async(const char* name, const void* input, void* 
     options.postscale = postscale;
     // The hot path of a training step: this thread's name and views are reused, so that
     // only the queue entry allocates.
-    thread_local std::string t_name;
-    thread_local tutti::TensorView t_in, t_out;
-    t_name.assign(name ? name : "");
-    flatInto(input, count, dtype, &t_in);
-    flatInto(output, count, dtype, &t_out);
-    return tutti::api::allreduceAsync(t_name, t_in, t_out, options, handle);
+    struct Reused {
+      std::string name;
+      tutti::TensorView in, out;
+    };
+    thread_local Reused t_reused;  // one thread-local (one TLS look-up per call)
+    Reused& r = t_reused;
+    r.name.assign(name ? name : "");
+    flatInto(input, count, dtype, &r.in);
+    flatInto(output, count, dtype, &r.out);
+    return tutti::api::allreduceAsync(r.name, r.in, r.out, options, handle);
   });
 }
 

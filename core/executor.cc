@@ -138,11 +138,12 @@ void Executor::complete(TensorEntry& e, const Status& status) {
 void Executor::execute(const Response& r, ProcessSet& set) {
   // The batch's entries, in a vector kept between responses: a step's worth of entries is
   // tens of KiB, and allocating and freeing that every round costs malloc a consolidation.
-  std::vector<std::optional<TensorEntry>>& entries = batch_;
-  struct Clear {  // the entries (their buffers, allocators, handles) go when the op ends
-    std::vector<std::optional<TensorEntry>>& entries;
-    ~Clear() { entries.clear(); }
-  } clear{entries};
+  std::vector<TensorQueue::Taken>& entries = batch_;
+  struct Recycle {  // the entries' allocators and handles go when the op ends, their
+    TensorQueue& queue;  // storage back to the queue for the next entries
+    std::vector<TensorQueue::Taken>& entries;
+    ~Recycle() { queue.recycle(&entries); }
+  } recycle{set.queue, entries};
   set.queue.take(r.names, &entries);
 
   if (r.type == ResponseType::kError) {
@@ -205,7 +206,7 @@ void Executor::execute(const Response& r, ProcessSet& set) {
 }
 
 void Executor::allreduce(const Response& r, ProcessSet& set, Backend& b,
-                         std::vector<std::optional<TensorEntry>>& entries) {
+                         std::vector<TensorQueue::Taken>& entries) {
   const DataType dtype = r.dtype;
   const int64_t esize = dataTypeSize(dtype);
   const ReduceOp op = backendOp(r.reduce_op);
@@ -291,7 +292,7 @@ void Executor::allreduce(const Response& r, ProcessSet& set, Backend& b,
 }
 
 bool Executor::piecesFor(const Response& r,
-                         const std::vector<std::optional<TensorEntry>>& entries) {
+                         const std::vector<TensorQueue::Taken>& entries) {
   const int64_t esize = dataTypeSize(r.dtype);
   pieces_.resize(entries.size());
   spans_.clear();

@@ -37,11 +37,11 @@ class Executor {
   void execute(const Response& response, ProcessSet& set);
   Backend* pick(ProcessSet& set, OpType op, DataType dtype, DeviceType device) const;
   void allreduce(const Response& r, ProcessSet& set, Backend& b,
-                 std::vector<std::optional<TensorEntry>>& entries);
+                 std::vector<TensorQueue::Taken>& entries);
   // Fills pieces_ with the entries of a fused allreduce (a joined rank's share has no input
   // or output). False where a tensor's output overlaps another tensor's input or output, or
   // its own input other than exactly (in place): then the fusion buffer is used.
-  bool piecesFor(const Response& r, const std::vector<std::optional<TensorEntry>>& entries);
+  bool piecesFor(const Response& r, const std::vector<TensorQueue::Taken>& entries);
   void allgather(const Response& r, ProcessSet& set, Backend& b, TensorEntry& e);
   void alltoall(const Response& r, ProcessSet& set, Backend& b, TensorEntry& e);
   void reducescatter(const Response& r, ProcessSet& set, Backend& b, TensorEntry& e);
@@ -73,7 +73,7 @@ class Executor {
     bool written;
   };
   std::vector<Span> spans_;  // piecesFor's scratch
-  std::vector<std::optional<TensorEntry>> batch_;  // execute()'s entries; empty between ops
+  std::vector<TensorQueue::Taken> batch_;  // execute()'s entries; empty between ops
 };
 
 }  // namespace tutti

@@ -33,7 +33,13 @@ Status TensorQueue::add(TensorEntry* entries, size_t count, std::vector<std::str
     if (added) added->push_back(e.request.name);
     // The entry's node does not move until take(): new_ points at its request, which the
     // background thread reads in place (popNew).
-    auto it = nodes_.insert(entries_, e.request.name, std::move(e));
+    auto it = nodes_.insertWith(entries_, e.request.name, [&e](TensorEntry& into) {
+      into.request = e.request;  // copy-assigned: a reused node's strings keep their storage
+      into.input = e.input;
+      into.output = e.output;
+      into.allocator = std::move(e.allocator);
+      into.handle = std::move(e.handle);
+    });
     new_.push_back(&it->second.request);
   }
   return Status::OK();
@@ -47,23 +53,32 @@ void TensorQueue::popNew(std::vector<const Request*>* out) {
   out->swap(new_);
 }
 
-std::optional<TensorEntry> TensorQueue::takeLocked(const std::string& name) {
+std::optional<TensorEntry> TensorQueue::take(const std::string& name) {
+  std::lock_guard<std::mutex> lock(mu_);
   auto it = entries_.find(name);
   if (it == entries_.end()) return std::nullopt;
   return nodes_.take(entries_, it);
 }
 
-std::optional<TensorEntry> TensorQueue::take(const std::string& name) {
+void TensorQueue::take(const std::vector<std::string>& names, std::vector<Taken>* out) {
+  out->clear();  // an entry not recycled goes (with its storage)
+  out->resize(names.size());
   std::lock_guard<std::mutex> lock(mu_);
-  return takeLocked(name);
+  for (size_t i = 0; i < names.size(); ++i) {
+    auto it = entries_.find(names[i]);
+    if (it != entries_.end()) (*out)[i].node_ = entries_.extract(it);
+  }
 }
 
-void TensorQueue::take(const std::vector<std::string>& names,
-                       std::vector<std::optional<TensorEntry>>* out) {
-  out->clear();
-  out->reserve(names.size());
+void TensorQueue::recycle(std::vector<Taken>* taken) {
+  for (Taken& t : *taken) {  // outside the lock: a callback's captures may be large
+    if (!t) continue;
+    t->allocator = nullptr;
+    t->handle.reset();
+  }
   std::lock_guard<std::mutex> lock(mu_);
-  for (const auto& name : names) out->push_back(takeLocked(name));
+  for (Taken& t : *taken) nodes_.give(std::move(t.node_));
+  taken->clear();
 }
 
 std::optional<Request> TensorQueue::peek(const std::string& name) const {

@@ -26,10 +26,30 @@ struct TensorEntry {
 };
 
 class TensorQueue {
+  using Map = std::unordered_map<std::string, TensorEntry>;
+
  public:
+  // An entry taken out of the queue to run (take()), in its own map node: empty where the
+  // name was not in the queue (a joined rank holds no such tensor). Given back with
+  // recycle() once run, so that the next entry added reuses its storage.
+  class Taken {
+   public:
+    explicit operator bool() const { return !node_.empty(); }
+    TensorEntry& operator*() { return node_.mapped(); }
+    TensorEntry* operator->() { return &node_.mapped(); }
+    const TensorEntry& operator*() const { return node_.mapped(); }
+    const TensorEntry* operator->() const { return &node_.mapped(); }
+
+   private:
+    friend class TensorQueue;
+    Map::node_type node_;
+  };
+
   // Adds the `count` entries at `entries`, all or none: kDuplicateName if a name is already
-  // in flight here (or twice among them). Empty names get "<op>.noname.<n>". The entries
-  // are moved from; `names` (if given) receives their final names.
+  // in flight here (or twice among them). Empty names get "<op>.noname.<n>" (in the given
+  // entry too). Each request is copied, into the storage of a recycled entry where there is
+  // one (no allocation once warm); the rest of the entry is moved from. `names` (if given)
+  // receives their final names.
   Status add(TensorEntry* entries, size_t count, std::vector<std::string>* names = nullptr);
   Status add(std::vector<TensorEntry>& entries, std::vector<std::string>* names = nullptr) {
     return add(entries.data(), entries.size(), names);
@@ -40,21 +60,22 @@ class TensorQueue {
   // taken (take(), takeAll()), which the runtime does only after agreeing on it.
   void popNew(std::vector<const Request*>* out);
   std::optional<TensorEntry> take(const std::string& name);
-  // take() for each name, in order, under one lock (a fused batch), into *out (cleared).
-  void take(const std::vector<std::string>& names, std::vector<std::optional<TensorEntry>>* out);
+  // The entries of `names`, in order, under one lock (a fused batch), into *out (its
+  // previous contents, recycled or not, dropped).
+  void take(const std::vector<std::string>& names, std::vector<Taken>* out);
+  // Gives the entries of a batch back once run, and clears *taken: their handles and
+  // allocators are released here, their requests' storage kept for the next entries.
+  void recycle(std::vector<Taken>* taken);
   std::optional<Request> peek(const std::string& name) const;
   size_t inFlight() const;
   // Removes every entry; their handles are the caller's to complete.
   std::vector<TensorEntry> takeAll();
 
  private:
-  std::optional<TensorEntry> takeLocked(const std::string& name);  // under mu_
-
   mutable std::mutex mu_;
-  using Map = std::unordered_map<std::string, TensorEntry>;
   Map entries_;
-  // Pooled: the nodes of taken entries (and their name's storage) are reused by the next
-  // ones added (kSpareNodes at most).
+  // Pooled: the nodes of taken entries (their name's storage, and a recycled entry's
+  // request's) are reused by the next ones added (kSpareNodes at most).
   static constexpr size_t kSpareNodes = 4096;
   SpareNodes<Map> nodes_{kSpareNodes};
   // The requests of entries_ added since popNew, in submission order (an entry is taken

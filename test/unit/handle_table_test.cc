@@ -160,7 +160,7 @@ TEST_CASE("the queue takes a batch by name in order, and hands out each request 
   CHECK(b->name == "b");
   queue.popNew(&fresh);
   CHECK(fresh.empty());
-  std::vector<std::optional<TensorEntry>> taken(1);  // cleared by take()
+  std::vector<TensorQueue::Taken> taken(1);  // dropped by take()
   queue.take({"c", "missing", "a"}, &taken);
   REQUIRE(taken.size() == 3);
   REQUIRE(taken[0]);
@@ -169,6 +169,35 @@ TEST_CASE("the queue takes a batch by name in order, and hands out each request 
   REQUIRE(taken[2]);
   CHECK(taken[2]->request.name == "a");
   CHECK(queue.inFlight() == 1);
+  // Run, then given back: the handles and allocators go, the nodes wait for the next entries.
+  auto handle = std::make_shared<HandleState>();
+  taken[2]->handle = handle;
+  bool allocator_alive = true;
+  struct Flag {
+    bool* alive;
+    ~Flag() { *alive = false; }
+  };
+  auto flag = std::make_shared<Flag>(Flag{&allocator_alive});
+  taken[2]->allocator = [flag](const std::vector<int64_t>&) -> void* { return nullptr; };
+  flag.reset();
+  queue.recycle(&taken);
+  CHECK(taken.empty());
+  CHECK(handle.use_count() == 1);
+  CHECK_FALSE(allocator_alive);
+  // A reused entry holds only what the new one says (its request copied whole).
+  TensorEntry longer = entry("a-longer-name-than-any-small-string-holds");
+  longer.request.shape = {2, 3};
+  std::vector<TensorEntry> reused{longer};
+  REQUIRE(queue.add(reused).ok());
+  CHECK(reused[0].request.name == longer.request.name);  // the request is copied, not moved
+  queue.popNew(&fresh);
+  REQUIRE(fresh.size() == 1);
+  CHECK(*fresh[0] == longer.request);
+  queue.take({longer.request.name}, &taken);
+  REQUIRE(taken[0]);
+  CHECK_FALSE(taken[0]->handle);
+  CHECK(taken[0]->request == longer.request);
+  queue.recycle(&taken);
   std::vector<TensorEntry> again{entry("b")};
   CHECK(queue.add(again).code() == StatusCode::kDuplicateName);
   CHECK(queue.takeAll().size() == 1);
