@@ -161,6 +161,14 @@ void flatInto(const void* data, int64_t count, tutti_dtype_t dtype, tutti::Tenso
   v->shape.assign(1, count);
 }
 
+// A calling thread's name and views for the allreduce entry points, reused call after call
+// (the hot path of a training step: the name and shape keep their storage, so that only
+// the queue entry is written). Each entry point fills every field it passes on.
+struct Reused {
+  std::string name;
+  tutti::TensorView in, out;
+};
+
 tutti::TensorView flat(const void* data, int64_t count, tutti_dtype_t dtype) {
   tutti::TensorView v;
   flatInto(data, count, dtype, &v);
@@ -256,10 +264,6 @@ tutti_status_t tutti_allreduce_async(const char* name, const void* input, void* 
     options.postscale = postscale;
     // The hot path of a training step: this thread's name and views are reused, so that
     // only the queue entry allocates.
-    struct Reused {
-      std::string name;
-      tutti::TensorView in, out;
-    };
     thread_local Reused t_reused;  // one thread-local (one TLS look-up per call)
     Reused& r = t_reused;
     r.name.assign(name ? name : "");
@@ -285,12 +289,14 @@ tutti_status_t tutti_allreduce_tensor_async(const char* name, const tutti_tensor
                                             const tutti_op_options_t* options,
                                             tutti_handle_t* handle) {
   const UserData user = adopt(options);
-  tutti::TensorView in, out;
-  if (!toView("allreduce", name, input, &in) || !toView("allreduce", name, output, &out) ||
+  thread_local Reused t_reused;
+  Reused& r = t_reused;
+  if (!toView("allreduce", name, input, &r.in) || !toView("allreduce", name, output, &r.out) ||
       !checkOptions("allreduce", name, options))
     return TUTTI_ERR_INVALID_ARGUMENT;
-  in.device.type = out.device.type = deviceOf(options);
-  return guarded([&] { return tutti::api::allreduceAsync(nameOf(name), in, out, toOptions(options, user), handle); });
+  r.in.device.type = r.out.device.type = deviceOf(options);
+  r.name.assign(name ? name : "");
+  return guarded([&] { return tutti::api::allreduceAsync(r.name, r.in, r.out, toOptions(options, user), handle); });
 }
 
 tutti_status_t tutti_grouped_allreduce_async(const char* const* names, const tutti_tensor_t* inputs,
