@@ -15,9 +15,9 @@ if os.environ.get("TF_USE_LEGACY_KERAS") not in ("1", "true", "True"):
 import tensorflow as tf  # noqa: E402
 
 keras = tf.keras
-if not keras.__name__.startswith("tf_keras."):
-    pytest.fail("TF_USE_LEGACY_KERAS=1 but tf.keras is %s: tf-keras is missing "
-                "(scripts/setup.sh installs it)" % keras.__name__, pytrace=False)
+if not keras.layers.Layer.__module__.startswith("tf_keras."):
+    pytest.fail("TF_USE_LEGACY_KERAS=1 but tf.keras.layers.Layer is %s's: tf-keras is missing "
+                "(scripts/setup.sh installs it)" % keras.layers.Layer.__module__, pytrace=False)
 
 import tutti.keras as hvd  # noqa: E402
 import tutti.tensorflow.keras as hvd_tf_keras  # noqa: E402

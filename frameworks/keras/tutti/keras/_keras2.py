@@ -24,8 +24,8 @@ keras = tf.keras  # tf_keras under TF_USE_LEGACY_KERAS=1
 
 def _keras_version(module):
     version = getattr(module, "__version__", None)  # Keras 2 and 3 as `keras`
-    if version is None and module.__name__.startswith("tf_keras."):
-        import tf_keras  # its API module tf.keras has no __version__
+    if version is None and module.layers.Layer.__module__.startswith("tf_keras."):
+        import tf_keras  # its API module, tf.keras, has no __version__
         version = tf_keras.__version__
     return str(version)
 
