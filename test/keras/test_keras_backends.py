@@ -160,9 +160,9 @@ def test_wraps_only_keras_optimizers():
 
 
 def test_import_errors():
-    """Keras 2, a backend tutti.keras does not run on, and a backend whose adapter is not
-    built: `import tutti.keras` raises ImportError naming what is missing (in a fresh
-    interpreter, once per job)."""
+    """Keras 2 without tutti.tensorflow, a backend tutti.keras does not run on, and a
+    backend whose adapter is not built: `import tutti.keras` raises ImportError naming what
+    is missing (in a fresh interpreter, once per job)."""
     if hvd.rank() != 0:
         pytest.skip("once per job, on rank 0")
     adapter = "tutti.jax" if BACKEND == "jax" else "tutti.torch"
@@ -193,7 +193,9 @@ attempt("adapter:")
             del env[var]
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                          text=True, timeout=120).stdout
-    assert "keras2: tutti.keras supports Keras 3 (found keras 2.15.0)" in out, out
+    # Keras 2 runs on TensorFlow only: here, without tutti.tensorflow on the path.
+    assert "keras2: tutti.keras on Keras 2 (tf-keras, TF_USE_LEGACY_KERAS=1) needs Tutti's " \
+           "tutti.tensorflow adapter" in out, out
     assert "numpy: tutti.keras runs Keras 3 on the jax, tensorflow, torch backends; this " \
            "Keras uses the 'numpy' backend" in out, out
     assert ("adapter: tutti.keras on the Keras %r backend needs Tutti's %s adapter, which "
