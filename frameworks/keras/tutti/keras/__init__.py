@@ -1,5 +1,6 @@
-"""tutti.keras: Tutti for Keras 3 on its TensorFlow, JAX and torch backends, a drop-in for
-horovod.keras and horovod.tensorflow.keras.
+"""tutti.keras: Tutti for Keras 3 on its TensorFlow, JAX and torch backends, and for legacy
+Keras 2 (tf-keras, TF_USE_LEGACY_KERAS=1) on TensorFlow, a drop-in for horovod.keras and
+horovod.tensorflow.keras.
 
     import tutti.keras as hvd
     hvd.init()
@@ -10,7 +11,8 @@ horovod.keras and horovod.tensorflow.keras.
 
 The backend is Keras' (KERAS_BACKEND): its collectives come from tutti.tensorflow, tutti.jax
 or tutti.torch, through the small layer in _tensorflow.py, _jax.py or _torch.py; everything
-else here and in callbacks.py is the same on every backend. See docs/keras.md.
+else here and in callbacks.py is the same on every backend. On Keras 2, _keras2.py is the
+layer (tutti.tensorflow's collectives, Horovod's Keras 2 optimizer API). See docs/keras.md.
 """
 
 import importlib
