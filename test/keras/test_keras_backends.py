@@ -152,6 +152,24 @@ def test_learning_rate_schedule_staircase():
     np.testing.assert_allclose(history.history["lr"], [0.1, 0.05, 0.025], rtol=1e-6)
 
 
+def test_load_model_wraps_the_saved_optimizer(tmp_path):
+    model = _model(seed=21)  # the same start on every rank
+    model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.Adam(0.01)), loss="mse")
+    x, y = _data(seed=hvd.rank(), n=16)
+    model.fit(x, y, batch_size=8, epochs=1, verbose=0, shuffle=False)
+    path = str(tmp_path / ("model_rank%d.keras" % hvd.rank()))
+    model.save(path)
+    loaded = hvd.load_model(path)
+    assert isinstance(loaded.optimizer, keras.optimizers.Adam)
+    assert loaded.optimizer._tutti_distributed
+    assert int(keras.ops.convert_to_numpy(loaded.optimizer.iterations)) == 2
+    for a, b in zip(model.get_weights(), loaded.get_weights()):
+        np.testing.assert_array_equal(a, b)
+    # The loaded optimizer reduces: rank-specific data, the same weights on every rank.
+    loaded.fit(x, y, batch_size=8, epochs=1, verbose=0, shuffle=False)
+    same_on_every_rank(loaded.get_weights())
+
+
 def test_wraps_only_keras_optimizers():
     with pytest.raises(ValueError, match="Keras 3 optimizer"):
         hvd.DistributedOptimizer(object())
