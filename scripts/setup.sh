@@ -117,6 +117,21 @@ else
   "$TORCH_VENV/bin/python" -c "$check" "$TORCH_VERSION"
 fi
 
+# pip check of the venv, tolerating exactly one complaint: tf-keras (installed --no-deps)
+# requires `tensorflow`, whose modules tensorflow-cpu provides. Anything else fails.
+pip_check() {
+  local out rc=0
+  out=$("$TORCH_VENV/bin/python" -m pip check 2>&1) || rc=$?
+  [ "$rc" -eq 0 ] && return 0
+  local rest
+  rest=$(printf '%s\n' "$out" | grep -Ev '^tf-keras [^ ]+ requires tensorflow, which is not installed\.$' || true)
+  if [ -n "$rest" ]; then
+    printf '%s\n' "$out" >&2
+    echo "setup: error: pip check of $TORCH_VENV failed (above)" >&2
+    return 1
+  fi
+}
+
 # ---- TensorFlow (tutti.tensorflow, tutti.keras) in the same venv ----
 # tensorflow-cpu (a 274 MB wheel, about 1.3 GB installed) with the Keras 3 it depends on.
 # SKIP_TF=1 leaves it out; the TensorFlow tests are then not registered.
@@ -131,8 +146,23 @@ else
     echo "setup: installing tensorflow-cpu==$TF_VERSION into $TORCH_VENV"
     "$TORCH_VENV/bin/python" -m pip install -q --disable-pip-version-check \
       "tensorflow-cpu==$TF_VERSION"
-    "$TORCH_VENV/bin/python" -m pip check
+    pip_check
     "$TORCH_VENV/bin/python" -c "import torch, tensorflow, keras; $tf_check" "$TF_VERSION"
+  fi
+  # Legacy Keras 2 (tf-keras, TF_USE_LEGACY_KERAS=1) for tutti.keras on Keras 2 (docs/keras.md):
+  # --no-deps, as its dependency `tensorflow` would pull the CUDA build next to tensorflow-cpu,
+  # which provides the same modules.
+  TF_KERAS_VERSION=${TF_KERAS_VERSION:-$TF_VERSION}
+  tf_keras_check='import sys, importlib.metadata as m; sys.exit(m.version("tf-keras") != sys.argv[1])'
+  if "$TORCH_VENV/bin/python" -c "$tf_keras_check" "$TF_KERAS_VERSION" 2>/dev/null; then
+    echo "setup: $TORCH_VENV already has tf-keras $TF_KERAS_VERSION"
+  else
+    echo "setup: installing tf-keras==$TF_KERAS_VERSION (--no-deps) into $TORCH_VENV"
+    "$TORCH_VENV/bin/python" -m pip install -q --disable-pip-version-check --no-deps \
+      "tf-keras==$TF_KERAS_VERSION"
+    pip_check
+    TF_USE_LEGACY_KERAS=1 "$TORCH_VENV/bin/python" -c \
+      "import tensorflow as tf, sys; sys.exit(not tf.keras.__version__.startswith('2.'))"
   fi
   # Horovod's Keras test files (the yardstick of docs/keras.md, not run in CI) import
   # parameterized: a 20 KB pure-Python wheel.
@@ -161,7 +191,7 @@ sys.exit(not (jax.__version__ == jaxlib.__version__ == sys.argv[1] and optax.__v
          "into $TORCH_VENV"
     "$TORCH_VENV/bin/python" -m pip install -q --disable-pip-version-check \
       "jax==$JAX_VERSION" "jaxlib==$JAX_VERSION" "optax==$OPTAX_VERSION"
-    "$TORCH_VENV/bin/python" -m pip check  # next to torch and TensorFlow
+    pip_check  # next to torch and TensorFlow
     "$TORCH_VENV/bin/python" -c "$jax_check" "$JAX_VERSION" "$OPTAX_VERSION"
   fi
 fi

@@ -152,6 +152,24 @@ def test_learning_rate_schedule_staircase():
     np.testing.assert_allclose(history.history["lr"], [0.1, 0.05, 0.025], rtol=1e-6)
 
 
+def test_load_model_wraps_the_saved_optimizer(tmp_path):
+    model = _model(seed=21)  # the same start on every rank
+    model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.Adam(0.01)), loss="mse")
+    x, y = _data(seed=hvd.rank(), n=16)
+    model.fit(x, y, batch_size=8, epochs=1, verbose=0, shuffle=False)
+    path = str(tmp_path / ("model_rank%d.keras" % hvd.rank()))
+    model.save(path)
+    loaded = hvd.load_model(path)
+    assert isinstance(loaded.optimizer, keras.optimizers.Adam)
+    assert loaded.optimizer._tutti_distributed
+    assert int(keras.ops.convert_to_numpy(loaded.optimizer.iterations)) == 2
+    for a, b in zip(model.get_weights(), loaded.get_weights()):
+        np.testing.assert_array_equal(a, b)
+    # The loaded optimizer reduces: rank-specific data, the same weights on every rank.
+    loaded.fit(x, y, batch_size=8, epochs=1, verbose=0, shuffle=False)
+    same_on_every_rank(loaded.get_weights())
+
+
 def test_wraps_only_keras_optimizers():
     with pytest.raises(ValueError, match="Keras 3 optimizer"):
         hvd.DistributedOptimizer(object())
@@ -160,9 +178,9 @@ def test_wraps_only_keras_optimizers():
 
 
 def test_import_errors():
-    """Keras 2, a backend tutti.keras does not run on, and a backend whose adapter is not
-    built: `import tutti.keras` raises ImportError naming what is missing (in a fresh
-    interpreter, once per job)."""
+    """Keras 2 without tutti.tensorflow, a backend tutti.keras does not run on, and a
+    backend whose adapter is not built: `import tutti.keras` raises ImportError naming what
+    is missing (in a fresh interpreter, once per job)."""
     if hvd.rank() != 0:
         pytest.skip("once per job, on rank 0")
     adapter = "tutti.jax" if BACKEND == "jax" else "tutti.torch"
@@ -193,7 +211,9 @@ attempt("adapter:")
             del env[var]
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                          text=True, timeout=120).stdout
-    assert "keras2: tutti.keras supports Keras 3 (found keras 2.15.0)" in out, out
+    # Keras 2 runs on TensorFlow only: here, without tutti.tensorflow on the path.
+    assert "keras2: tutti.keras on Keras 2 (tf-keras, TF_USE_LEGACY_KERAS=1) needs Tutti's " \
+           "tutti.tensorflow adapter" in out, out
     assert "numpy: tutti.keras runs Keras 3 on the jax, tensorflow, torch backends; this " \
            "Keras uses the 'numpy' backend" in out, out
     assert ("adapter: tutti.keras on the Keras %r backend needs Tutti's %s adapter, which "

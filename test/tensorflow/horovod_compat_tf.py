@@ -17,9 +17,16 @@ files and their merge are scripts/horovod_compat.py's.
     test/tensorflow/horovod_compat_tf.py --launchers tuttirun --sizes 2 -k allgather
     test/tensorflow/horovod_compat_tf.py --file test_tensorflow_process_sets.py --sizes 2,3
 
+On legacy Keras 2 (tf-keras) set TF_USE_LEGACY_KERAS=1 for the run (the launchers pass it to
+every rank): the files' `tf.keras`, `tutti.keras` and `tutti.tensorflow.keras` are then Keras
+2's (docs/keras.md has the results):
+
+    TF_USE_LEGACY_KERAS=1 test/tensorflow/horovod_compat_tf.py --file test_tensorflow2_keras.py
+
 --file picks one of FILES_AVAILABLE. The files whose test class initializes Horovod once
-(with static process sets, in setUpClass) run without the harness's shutdown after every
-test. The Keras files need `parameterized` (scripts/setup.sh installs it).
+(with static process sets, in setUpClass; the Keras files when their tests are constructed)
+run without the harness's shutdown after every test. The Keras files need `parameterized`
+(scripts/setup.sh installs it).
 """
 import os
 import subprocess
@@ -73,8 +80,10 @@ FILES_AVAILABLE = ("test_tensorflow.py", "test_tensorflow_process_sets.py",
                    "test_tensorflow_process_sets_dynamic.py", "test_tensorflow2_keras.py",
                    "test_tensorflow2_keras_process_sets.py", "test_tensorflow_keras.py",
                    "test_keras.py")
-# These initialize Horovod once per class (setUpClass): no shutdown between their tests.
-INIT_ONCE = ("test_tensorflow_process_sets.py", "test_tensorflow2_keras_process_sets.py")
+# These initialize Horovod once per class (setUpClass) or when pytest collects them (the
+# Keras files call hvd.init() in their TestCase's __init__): no shutdown between their tests.
+INIT_ONCE = ("test_tensorflow_process_sets.py", "test_tensorflow2_keras_process_sets.py",
+             "test_tensorflow2_keras.py", "test_tensorflow_keras.py", "test_keras.py")
 TEST_FILE = "test_tensorflow.py"
 
 

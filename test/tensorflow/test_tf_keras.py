@@ -116,3 +116,24 @@ def test_xla_compiled_model_trains_without_xla():
                   callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0)])
     assert model.jit_compile is False
     _same_on_every_rank(model.get_weights())
+
+
+def test_load_model_wraps_the_saved_optimizer(tmp_path):
+    model = _model(seed=21)
+    model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.Adam(0.01)), loss="mse",
+                  jit_compile=False)
+    x, y = _data(seed=hvd.rank(), n=16)
+    model.fit(x, y, batch_size=8, epochs=1, verbose=0, shuffle=False,
+              callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0)])
+    path = str(tmp_path / ("model_rank%d.keras" % hvd.rank()))
+    model.save(path)
+    loaded = hvd.load_model(path)
+    assert isinstance(loaded.optimizer, keras.optimizers.Adam)
+    assert loaded.optimizer._tutti_distributed
+    assert int(loaded.optimizer.iterations.numpy()) == 2
+    for a, b in zip(model.get_weights(), loaded.get_weights()):
+        np.testing.assert_array_equal(a, b)
+    # The loaded optimizer reduces: from the same weights, rank-specific data, every rank
+    # ends the same.
+    loaded.fit(x, y, batch_size=8, epochs=1, verbose=0, shuffle=False)
+    _same_on_every_rank(loaded.get_weights())

@@ -1,38 +1,45 @@
-"""Keras 3 callbacks for data-parallel training (horovod.keras.callbacks), the same on every
-Keras backend: the collectives come from the backend layer tutti.keras picked."""
+"""Keras callbacks for data-parallel training (horovod.keras.callbacks), the same on every
+Keras 3 backend and on Keras 2: the collectives come from the backend layer tutti.keras
+picked, the Callback base class from the Keras it runs (tutti.keras.keras)."""
 
-import keras
 import numpy as np
 
-from tutti.keras import _backend
+from tutti.keras import _KERAS2, _backend, keras
 
 
 def _optimizer_variables(model):
     optimizer = getattr(model, "optimizer", None)
     if optimizer is None:
         return []
-    return list(optimizer.variables)
+    variables = optimizer.variables  # a method on Keras 2's optimizers.legacy
+    return list(variables() if callable(variables) else variables)
+
+
+def _key(variable):
+    """A hashable key for a variable (tf.Variable's ref(), else its identity)."""
+    return variable.ref() if hasattr(variable, "ref") else id(variable)
 
 
 class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
     """Makes every rank start from the weights and optimizer state of `root_rank`: broadcasts
     them when training begins, and again after the first batch (which builds what a lazily
-    built optimizer had not), as Horovod does."""
+    built optimizer had not), as Horovod does. `local_variables` (model or optimizer
+    variables) keep their values on every rank."""
 
-    def __init__(self, root_rank, device="", process_set=None):
+    def __init__(self, root_rank, device="", process_set=None, local_variables=None):
         super().__init__()
         self.root_rank = root_rank
         self.process_set = _backend.global_process_set if process_set is None else process_set
+        self.local_variables = {_key(v) for v in local_variables or []}
         self.broadcast_done = False
 
     def _broadcast(self):
         _backend.sync_model(self.model)
-        _backend.broadcast_variables(self.model.variables, self.root_rank,
-                                     process_set=self.process_set)
-        opt_vars = _optimizer_variables(self.model)
-        if opt_vars:
-            _backend.broadcast_variables(opt_vars, self.root_rank,
-                                         process_set=self.process_set)
+        for variables in (self.model.variables, _optimizer_variables(self.model)):
+            variables = [v for v in variables if _key(v) not in self.local_variables]
+            if variables:
+                _backend.broadcast_variables(variables, self.root_rank,
+                                             process_set=self.process_set)
 
     def on_train_begin(self, logs=None):
         _backend.prepare_model(self.model)
@@ -85,6 +92,8 @@ def _set_lr(model, value):
 
 
 def _get_lr(optimizer):
+    if _KERAS2:
+        return float(keras.backend.get_value(optimizer.learning_rate))
     return float(keras.ops.convert_to_numpy(optimizer.learning_rate))
 
 

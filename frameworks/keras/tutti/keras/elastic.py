@@ -1,5 +1,6 @@
 """tutti.keras.elastic: elastic Keras training (horovod.keras.elastic and
-horovod.tensorflow.keras.elastic; docs/elastic.md), on the TensorFlow backend:
+horovod.tensorflow.keras.elastic; docs/elastic.md), on Keras 3's TensorFlow backend and on
+Keras 2:
 
     state = hvd.elastic.KerasState(model, batch=0, epoch=0)
     callbacks = [hvd.elastic.CommitStateCallback(state),
@@ -13,8 +14,7 @@ horovod.tensorflow.keras.elastic; docs/elastic.md), on the TensorFlow backend:
     train(state)
 """
 
-import keras
-
+from tutti.keras import keras
 from tutti.tensorflow.elastic import (  # noqa: F401
     HorovodInternalError, HostsUpdatedInterrupt, ObjectState, State, TensorFlowKerasState, run)
 

@@ -175,6 +175,26 @@ def _make_allreduce_grads_fn(name, device_dense, device_sparse, compression, spa
     return allreduce_grads
 
 
+def _reduce_except_local(allreduce_grads, grads, variables, local_keys, scale_local_gradients,
+                         process_set):
+    """The gradients (a list, one per variable) with those of variables whose _var_key is not
+    in local_keys reduced by allreduce_grads (one call, as _make_allreduce_grads_fn's); the
+    local ones stay local, divided by the set's size when scale_local_gradients. Shared by
+    DistributedGradientTape and the DistributedOptimizers (TF1-style and Keras 2)."""
+    at = [i for i, v in enumerate(variables) if _var_key(v) not in local_keys]
+    out = list(grads)
+    for i, g in zip(at, allreduce_grads([grads[i] for i in at], [variables[i] for i in at])):
+        out[i] = g
+    if scale_local_gradients and local_keys:
+        n = _process_set_size(process_set)
+        for i, v in enumerate(variables):
+            g = out[i]
+            if _var_key(v) in local_keys and g is not None:
+                out[i] = (tf.IndexedSlices(g.values / n, g.indices, g.dense_shape)
+                          if isinstance(g, tf.IndexedSlices) else g / n)
+    return out
+
+
 class _DistributedGradientTape(tf.GradientTape):
     """A tf.GradientTape whose gradient() averages the gradients over the process set."""
 
@@ -198,22 +218,10 @@ class _DistributedGradientTape(tf.GradientTape):
 
     def gradient(self, target, sources, output_gradients=None, use_generic_names=False):
         gradients = super(self.__class__, self).gradient(target, sources, output_gradients)
-        flat_sources = tf.nest.flatten(sources)
-        flat_grads = tf.nest.flatten(gradients, expand_composites=False)
-        reduce_at = [i for i, s in enumerate(flat_sources)
-                     if _var_key(s) not in self._local_sources]
-        reduced = self._allreduce_grads([flat_grads[i] for i in reduce_at],
-                                        [flat_sources[i] for i in reduce_at])
-        out = list(flat_grads)
-        for i, g in zip(reduce_at, reduced):
-            out[i] = g
-        if self.scale_local_gradients and self._local_sources:
-            n = _process_set_size(self.process_set)
-            for i, s in enumerate(flat_sources):
-                if _var_key(s) in self._local_sources and out[i] is not None:
-                    g = out[i]
-                    out[i] = (tf.IndexedSlices(g.values / n, g.indices, g.dense_shape)
-                              if isinstance(g, tf.IndexedSlices) else g / n)
+        out = _reduce_except_local(
+            self._allreduce_grads, tf.nest.flatten(gradients, expand_composites=False),
+            tf.nest.flatten(sources), self._local_sources, self.scale_local_gradients,
+            self.process_set)
         return tf.nest.pack_sequence_as(sources, out)
 
 
@@ -258,7 +266,7 @@ def DistributedOptimizer(optimizer, name=None, use_locking=False, device_dense="
             _make_allreduce_grads_fn(name, device_dense, device_sparse, compression,
                                      sparse_as_dense, op, gradient_predivide_factor, groups,
                                      process_set),
-            _process_set_size, process_set, sparse_as_dense, backward_passes_per_step,
+            process_set, sparse_as_dense, backward_passes_per_step,
             average_aggregated_gradients, scale_local_gradients)
     from tutti.keras import DistributedOptimizer as _keras_distributed
     return _keras_distributed(optimizer, name=name, device_dense=device_dense,
