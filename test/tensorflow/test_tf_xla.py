@@ -4,12 +4,17 @@ calls; the other ops fail the compilation with Tutti's message on every rank, af
 next op works. Where the op library was built without its XLA lowering (no highwayhash or
 farmhash headers), the lowered ops fail the same way, saying so."""
 
+import os
 import re
+import subprocess
+import sys
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
+import tutti.keras as hk
 import tutti.tensorflow as hvd
 
 from conftest import rank_values
@@ -210,3 +215,62 @@ def test_sparse_gradient_under_xla_names_allgather():
         step()
     _assert_not_compilable(info, "allgather", "*")
     _next_op_works()
+
+    @tf.function(jit_compile=True)
+    def dense_step():
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(tf.gather(emb, [hvd.rank() % 4]))
+        return hvd.DistributedGradientTape(tape, sparse_as_dense=True).gradient(loss, [emb])[0]
+
+    out = _lowered(dense_step)
+    if out is not None:
+        expected = np.zeros([4, 2])
+        for r in range(hvd.size()):
+            expected[r % 4] += 1.0 / hvd.size()
+        np.testing.assert_allclose(out.numpy(), expected)
+
+
+_LATE_IMPORT = """
+import tensorflow as tf
+tf.function(lambda x: x * 2, jit_compile=True)(tf.ones([2]))  # XLA's first compilation
+import tutti.tensorflow as hvd
+hvd.init()
+step = tf.function(lambda x: hvd.allreduce(x, name="late"), jit_compile=True)
+try:
+    print(step(tf.ones([2])).numpy().tolist())
+except tf.errors.UnimplementedError as e:
+    print(e)
+hvd.shutdown()
+"""
+
+
+@pytest.mark.skipif("hvd.size() > 1")  # a job of its own, in a world of one
+def test_xla_kernels_registered_after_xla_compiled_before_the_import():
+    out = subprocess.run([sys.executable, "-c", _LATE_IMPORT], capture_output=True, text=True,
+                         timeout=240, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    assert out.returncode == 0, out.stderr[-3000:]
+    last = out.stdout.strip().splitlines()[-1]
+    assert last == "[1.0, 1.0]" or (_NOT_BUILT in out.stdout and _WHAT_TO_DO in out.stdout), \
+        out.stdout + out.stderr[-3000:]
+
+
+def test_keras_fit_with_jit_compile_and_no_callback_trains_under_xla():
+    """Without tutti.keras' callbacks nothing turns XLA off: the DistributedOptimizer's
+    allreduce runs inside Keras' XLA-compiled train function."""
+    keras.utils.set_random_seed(7)
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8, activation="relu"),
+                              keras.layers.Dense(1)])
+    model.compile(optimizer=hk.DistributedOptimizer(keras.optimizers.SGD(0.05)), loss="mse",
+                  jit_compile=True)
+    x = rank_values(hvd.rank(), [16, 4], tf.float32).numpy() / 3.0
+    try:
+        model.fit(x, x.sum(axis=1, keepdims=True), batch_size=8, epochs=2, verbose=0)
+    except tf.errors.UnimplementedError as e:
+        assert _NOT_BUILT in str(e) and _WHAT_TO_DO in str(e), str(e)
+        _next_op_works()
+        return
+    assert model.jit_compile is True
+    w = np.concatenate([v.numpy().ravel() for v in model.trainable_variables])
+    spread = (hvd.allreduce(tf.constant(w), op=hvd.Max, name="xla.keras.max") -
+              hvd.allreduce(tf.constant(w), op=hvd.Min, name="xla.keras.min"))
+    np.testing.assert_array_equal(spread.numpy(), np.zeros_like(w))

@@ -13,6 +13,9 @@
 // without them (TUTTI_TF_XLA_LOWERING=0, frameworks/tensorflow/CMakeLists.txt) those
 // three ops get the kernel of the others instead.
 //
+// The kernels are for XLA's CPU compilation device (on GPU, TensorFlow's own message says that
+// the ops have no kernel there).
+//
 // The other ops (allgather and alltoall, whose output shape depends on the other ranks'
 // inputs, reducescatter, join and barrier) have an XLA kernel that fails the compilation with
 // Tutti's own message: what cannot be compiled, why, and what to do instead. The compilation
@@ -94,6 +97,12 @@ class NotCompilableOp : public OpKernel {
   std::string message_;
 };
 
+// Kernels for XLA's CPU compilation device, registered with TensorFlow's kernel registry
+// directly (REGISTER_XLA_OP's registrations reach it only at TensorFlow's first XLA
+// compilation, so an op library loaded after that one would have none).
+#define TUTTI_XLA_KERNEL(op, Class) \
+  REGISTER_KERNEL_BUILDER(Name(op).Device(tensorflow::DEVICE_CPU_XLA_JIT), Class)
+
 constexpr char kOnlyLowered[] =
     "Tutti lowers only allreduce, grouped_allreduce and broadcast to XLA";
 constexpr char kShapeFromOthers[] =
@@ -112,11 +121,11 @@ TUTTI_NOT_COMPILABLE(ReducescatterXlaOp, "reducescatter", kOnlyLowered)
 TUTTI_NOT_COMPILABLE(JoinXlaOp, "join", kOnlyLowered)
 TUTTI_NOT_COMPILABLE(BarrierXlaOp, "barrier", kOnlyLowered)
 
-REGISTER_XLA_OP(Name("TuttiAllgather"), AllgatherXlaOp);
-REGISTER_XLA_OP(Name("TuttiAlltoall"), AlltoallXlaOp);
-REGISTER_XLA_OP(Name("TuttiReducescatter"), ReducescatterXlaOp);
-REGISTER_XLA_OP(Name("TuttiJoin"), JoinXlaOp);
-REGISTER_XLA_OP(Name("TuttiBarrier"), BarrierXlaOp);
+TUTTI_XLA_KERNEL("TuttiAllgather", AllgatherXlaOp);
+TUTTI_XLA_KERNEL("TuttiAlltoall", AlltoallXlaOp);
+TUTTI_XLA_KERNEL("TuttiReducescatter", ReducescatterXlaOp);
+TUTTI_XLA_KERNEL("TuttiJoin", JoinXlaOp);
+TUTTI_XLA_KERNEL("TuttiBarrier", BarrierXlaOp);
 
 #if TUTTI_TF_XLA_LOWERING
 
@@ -269,9 +278,9 @@ class BroadcastXlaOp : public XlaOpKernel {
   int root_ = 0;
 };
 
-REGISTER_XLA_OP(Name("TuttiAllreduce"), AllreduceXlaOp);
-REGISTER_XLA_OP(Name("TuttiGroupedAllreduce"), GroupedAllreduceXlaOp);
-REGISTER_XLA_OP(Name("TuttiBroadcast"), BroadcastXlaOp);
+TUTTI_XLA_KERNEL("TuttiAllreduce", AllreduceXlaOp);
+TUTTI_XLA_KERNEL("TuttiGroupedAllreduce", GroupedAllreduceXlaOp);
+TUTTI_XLA_KERNEL("TuttiBroadcast", BroadcastXlaOp);
 
 #else  // !TUTTI_TF_XLA_LOWERING
 
@@ -284,13 +293,14 @@ TUTTI_NOT_COMPILABLE(AllreduceXlaOp, "allreduce", kNotBuilt)
 TUTTI_NOT_COMPILABLE(GroupedAllreduceXlaOp, "grouped_allreduce", kNotBuilt)
 TUTTI_NOT_COMPILABLE(BroadcastXlaOp, "broadcast", kNotBuilt)
 
-REGISTER_XLA_OP(Name("TuttiAllreduce"), AllreduceXlaOp);
-REGISTER_XLA_OP(Name("TuttiGroupedAllreduce"), GroupedAllreduceXlaOp);
-REGISTER_XLA_OP(Name("TuttiBroadcast"), BroadcastXlaOp);
+TUTTI_XLA_KERNEL("TuttiAllreduce", AllreduceXlaOp);
+TUTTI_XLA_KERNEL("TuttiGroupedAllreduce", GroupedAllreduceXlaOp);
+TUTTI_XLA_KERNEL("TuttiBroadcast", BroadcastXlaOp);
 
 #endif  // TUTTI_TF_XLA_LOWERING
 
 #undef TUTTI_NOT_COMPILABLE
+#undef TUTTI_XLA_KERNEL
 
 }  // namespace
 }  // namespace tutti_tf
