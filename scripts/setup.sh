@@ -37,7 +37,9 @@ REQUIRED=(
   mpich
   ccache
 )
-OPTIONAL=(python3-torch libtorch-dev python3-matplotlib)
+# highwayhash and farmhash: headers that the TensorFlow wheel's XLA headers include but do not
+# ship; with them tutti.tensorflow lowers its collectives into XLA (docs/tensorflow.md, "XLA").
+OPTIONAL=(python3-torch libtorch-dev python3-matplotlib libhighwayhash-dev libfarmhash-dev)
 TORCH_VERSION=${TORCH_VERSION:-2.13.0}
 TORCH_VENV=${TORCH_VENV:-.venv-torch}
 
