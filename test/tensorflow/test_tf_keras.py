@@ -111,7 +111,7 @@ def test_xla_compiled_model_trains_without_xla():
     model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.01)), loss="mse",
                   jit_compile=True)
     x, y = _data(seed=hvd.rank(), n=16)
-    with pytest.warns(UserWarning, match="no XLA kernel"):
+    with pytest.warns(UserWarning, match="has an XLA kernel"):
         model.fit(x, y, batch_size=8, epochs=1, verbose=0,
                   callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0)])
     assert model.jit_compile is False

@@ -34,14 +34,15 @@ def average_scalars(values, name, process_set):
 
 
 def prepare_model(model):
-    """Tutti's collectives have no XLA kernel: a train function compiled with XLA
-    (jit_compile=True, or Keras' "auto" where TensorFlow sees a GPU) cannot run the
-    DistributedOptimizer's allreduce. Rebuilds it without XLA, with a warning."""
+    """Only some of Tutti's collectives have an XLA kernel, on CPU only (docs/tensorflow.md,
+    "XLA"): a train function compiled with XLA (jit_compile=True, or Keras' "auto" where
+    TensorFlow sees a GPU) may not run the callbacks' collectives. Rebuilds it without XLA,
+    with a warning."""
     if getattr(model, "run_eagerly", False) or not getattr(model, "jit_compile", False):
         return
     warnings.warn(
         "tutti.keras: the model was compiled with XLA (jit_compile=True, or jit_compile="
-        "\"auto\" where TensorFlow sees a GPU), but Tutti's collectives have no XLA kernel; "
+        "\"auto\" where TensorFlow sees a GPU), but not every one of Tutti's collectives has an XLA kernel (none on GPU); "
         "training runs with jit_compile=False. Pass jit_compile=False to model.compile() to "
         "silence this.", stacklevel=3)
     model.jit_compile = False
