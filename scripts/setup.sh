@@ -163,8 +163,9 @@ else
     "$TORCH_VENV/bin/python" -m pip install -q --disable-pip-version-check --no-deps \
       "tf-keras==$TF_KERAS_VERSION"
     pip_check
+    # tf.keras (tf_keras.api._v2.keras) has no __version__: check that tf.keras is tf_keras.
     TF_USE_LEGACY_KERAS=1 "$TORCH_VENV/bin/python" -c \
-      "import tensorflow as tf, sys; sys.exit(not tf.keras.__version__.startswith('2.'))"
+      "import sys, tensorflow as tf, tf_keras; sys.exit(not (tf_keras.__version__.startswith('2.') and tf.keras.Model is tf_keras.Model))"
   fi
   # Horovod's Keras test files (the yardstick of docs/keras.md, not run in CI) import
   # parameterized: a 20 KB pure-Python wheel.
