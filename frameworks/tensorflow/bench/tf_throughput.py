@@ -18,7 +18,7 @@ The strategy has no Keras counterpart here: Keras 3's `fit` and `train_on_batch`
 MultiWorkerMirroredStrategy (https://github.com/keras-team/keras/issues/20585, open since TensorFlow 2.16;
 TensorFlow 2.21 with Keras 3.15 fails the same way), so `mwms` is its only form.
 
-    tuttirun -np 2 python bench/tf_throughput.py
+    tuttirun -np 2 python frameworks/tensorflow/bench/tf_throughput.py
     mpirun -np 4 --oversubscribe python frameworks/tensorflow/bench/tf_throughput.py --model mlp
 
 The strategy needs a TF_CONFIG naming every worker's address before TensorFlow runs its first
