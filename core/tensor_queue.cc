@@ -1,5 +1,6 @@
 #include "core/tensor_queue.h"
 
+#include <algorithm>
 #include <set>
 
 namespace tutti {
@@ -33,14 +34,16 @@ Status TensorQueue::add(TensorEntry* entries, size_t count, std::vector<std::str
     if (added) added->push_back(e.request.name);
     // The entry's node does not move until take(): new_ points at its request, which the
     // background thread reads in place (popNew).
-    auto it = nodes_.insertWith(entries_, e.request.name, [&e](TensorEntry& into) {
-      into.request = e.request;  // copy-assigned: a reused node's strings keep their storage
-      into.input = e.input;
-      into.output = e.output;
-      into.allocator = std::move(e.allocator);
-      into.handle = std::move(e.handle);
+    auto it = nodes_.insertWith(entries_, e.request.name, [&e](Queued& into) {
+      // copy-assigned: a reused node's strings keep their storage
+      into.entry.request = e.request;
+      into.entry.input = e.input;
+      into.entry.output = e.output;
+      into.entry.allocator = std::move(e.allocator);
+      into.entry.handle = std::move(e.handle);
+      into.unpopped = true;
     });
-    new_.push_back(&it->second.request);
+    new_.push_back(&it->second);
   }
   return Status::OK();
 }
@@ -48,16 +51,24 @@ Status TensorQueue::add(TensorEntry* entries, size_t count, std::vector<std::str
 void TensorQueue::popNew(std::vector<const Request*>* out) {
   out->clear();
   std::lock_guard<std::mutex> lock(mu_);
-  // new_ takes out's storage: the next burst is likely as large, and submit() then does
-  // not reallocate it as it grows.
-  out->swap(new_);
+  for (Queued* q : new_) {
+    q->unpopped = false;
+    out->push_back(&q->entry.request);
+  }
+  new_.clear();
+}
+
+void TensorQueue::forgetNew(const Queued& q) {
+  if (!q.unpopped) return;  // the steady state: popped before it was agreed on
+  new_.erase(std::find(new_.begin(), new_.end(), &q));
 }
 
 std::optional<TensorEntry> TensorQueue::take(const std::string& name) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = entries_.find(name);
   if (it == entries_.end()) return std::nullopt;
-  return nodes_.take(entries_, it);
+  forgetNew(it->second);
+  return std::move(nodes_.take(entries_, it).entry);
 }
 
 void TensorQueue::take(const std::vector<std::string>& names, std::vector<Taken>* out) {
@@ -66,7 +77,9 @@ void TensorQueue::take(const std::vector<std::string>& names, std::vector<Taken>
   std::lock_guard<std::mutex> lock(mu_);
   for (size_t i = 0; i < names.size(); ++i) {
     auto it = entries_.find(names[i]);
-    if (it != entries_.end()) (*out)[i].node_ = entries_.extract(it);
+    if (it == entries_.end()) continue;
+    forgetNew(it->second);
+    (*out)[i].node_ = entries_.extract(it);
   }
 }
 
@@ -85,7 +98,7 @@ std::optional<Request> TensorQueue::peek(const std::string& name) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = entries_.find(name);
   if (it == entries_.end()) return std::nullopt;
-  return it->second.request;
+  return it->second.entry.request;
 }
 
 size_t TensorQueue::inFlight() const {
@@ -96,7 +109,7 @@ size_t TensorQueue::inFlight() const {
 std::vector<TensorEntry> TensorQueue::takeAll() {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<TensorEntry> out;
-  for (auto& kv : entries_) out.push_back(std::move(kv.second));
+  for (auto& kv : entries_) out.push_back(std::move(kv.second.entry));
   entries_.clear();
   new_.clear();
   return out;

@@ -26,7 +26,11 @@ struct TensorEntry {
 };
 
 class TensorQueue {
-  using Map = std::unordered_map<std::string, TensorEntry>;
+  struct Queued {
+    TensorEntry entry;
+    bool unpopped = false;  // its request waits in new_ for popNew()
+  };
+  using Map = std::unordered_map<std::string, Queued>;
 
  public:
   // An entry taken out of the queue to run (take()), in its own map node: empty where the
@@ -35,10 +39,10 @@ class TensorQueue {
   class Taken {
    public:
     explicit operator bool() const { return !node_.empty(); }
-    TensorEntry& operator*() { return node_.mapped(); }
-    TensorEntry* operator->() { return &node_.mapped(); }
-    const TensorEntry& operator*() const { return node_.mapped(); }
-    const TensorEntry* operator->() const { return &node_.mapped(); }
+    TensorEntry& operator*() { return node_.mapped().entry; }
+    TensorEntry* operator->() { return &node_.mapped().entry; }
+    const TensorEntry& operator*() const { return node_.mapped().entry; }
+    const TensorEntry* operator->() const { return &node_.mapped().entry; }
 
    private:
     friend class TensorQueue;
@@ -55,9 +59,11 @@ class TensorQueue {
     return add(entries.data(), entries.size(), names);
   }
   // The requests added since the last call, in submission order, into *out (its previous
-  // contents dropped; the two lists trade storage, so a steady state allocates nothing).
+  // contents dropped; both lists keep their storage, so a steady state allocates nothing).
   // They point into their entries, read in place: each stays valid until its entry is
-  // taken (take(), takeAll()), which the runtime does only after agreeing on it.
+  // taken (take(), takeAll()). An entry taken before its request was popped (an error
+  // agreed from the other ranks' requests while this rank's was on its way) leaves the
+  // new requests: it is never handed out.
   void popNew(std::vector<const Request*>* out);
   std::optional<TensorEntry> take(const std::string& name);
   // The entries of `names`, in order, under one lock (a fused batch), into *out (its
@@ -78,9 +84,10 @@ class TensorQueue {
   // request's) are reused by the next ones added (kSpareNodes at most).
   static constexpr size_t kSpareNodes = 4096;
   SpareNodes<Map> nodes_{kSpareNodes};
-  // The requests of entries_ added since popNew, in submission order (an entry is taken
-  // only after its request was popped and agreed on, so these never dangle).
-  std::vector<const Request*> new_;
+  // The entries added since popNew, in submission order (each marked unpopped; one taken
+  // before it is popped leaves this list, so these never dangle).
+  std::vector<Queued*> new_;
+  void forgetNew(const Queued& q);  // mu_ held
   std::map<int, int64_t> noname_counters_;  // per OpType
 };
 

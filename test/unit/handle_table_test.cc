@@ -205,6 +205,32 @@ TEST_CASE("the queue takes a batch by name in order, and hands out each request 
   CHECK(fresh.empty());
 }
 
+TEST_CASE("an entry taken before its request is popped is never handed out") {
+  // An error agreed from the other ranks' requests completes this rank's entry while its
+  // request still waits to be popped; the next entry may reuse that entry's node.
+  TensorQueue queue;
+  std::vector<TensorEntry> a{entry("a")}, b{entry("b")}, c{entry("c")};
+  REQUIRE(queue.add(a).ok());
+  REQUIRE(queue.add(b).ok());
+  std::vector<TensorQueue::Taken> taken;
+  queue.take({"a"}, &taken);
+  REQUIRE(taken[0]);
+  queue.recycle(&taken);
+  REQUIRE(queue.add(c).ok());  // into a's node
+  std::vector<const Request*> fresh;
+  queue.popNew(&fresh);
+  REQUIRE(fresh.size() == 2);
+  CHECK(fresh[0]->name == "b");
+  CHECK(fresh[1]->name == "c");
+  // The same through take(name), and for the last one waiting.
+  std::vector<TensorEntry> d{entry("d")};
+  REQUIRE(queue.add(d).ok());
+  REQUIRE(queue.take("d"));
+  queue.popNew(&fresh);
+  CHECK(fresh.empty());
+  CHECK(queue.inFlight() == 2);
+}
+
 TEST_CASE("the block pool recycles freed blocks of each size, keeps a bounded number, and outlives its users") {
   auto pool = std::make_shared<BlockPool>(2);
   void* a = pool->get(64);
