@@ -144,7 +144,9 @@ void Executor::execute(const Response& r, ProcessSet& set) {
     std::vector<TensorQueue::Taken>& entries;
     ~Recycle() { queue.recycle(&entries); }
   } recycle{set.queue, entries};
-  set.queue.take(r.names, &entries);
+  // An error completes the entries this rank held when it was agreed (claimed then), not
+  // one of the same name submitted since.
+  set.queue.take(r.names, &entries, r.type == ResponseType::kError);
 
   if (r.type == ResponseType::kError) {
     for (auto& e : entries)

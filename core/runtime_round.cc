@@ -84,6 +84,9 @@ bool Runtime::runRound(bool* had_work) {
     std::vector<int64_t> bytes(plan.size());
     for (size_t k = 0; k < plan.size(); ++k) {
       const Response& r = plan[k];
+      // An error runs on the entries this rank holds now, never on one submitted while the
+      // plan waits on the stream (whose request the next round may be reading).
+      if (r.type == ResponseType::kError) set.queue.claim(r.names);
       int64_t row = 0;  // allgather, alltoall: elements per row (trailing dims agree)
       if (r.type == ResponseType::kOp && (r.op == OpType::kAllgather || r.op == OpType::kAlltoall))
         if (auto request = set.queue.peek(r.names[0])) row = rowElements(request->shape);

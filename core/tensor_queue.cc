@@ -42,6 +42,7 @@ Status TensorQueue::add(TensorEntry* entries, size_t count, std::vector<std::str
       into.entry.allocator = std::move(e.allocator);
       into.entry.handle = std::move(e.handle);
       into.unpopped = true;
+      into.claimed = false;
     });
     new_.push_back(&it->second);
   }
@@ -71,15 +72,27 @@ std::optional<TensorEntry> TensorQueue::take(const std::string& name) {
   return std::move(nodes_.take(entries_, it).entry);
 }
 
-void TensorQueue::take(const std::vector<std::string>& names, std::vector<Taken>* out) {
+void TensorQueue::take(const std::vector<std::string>& names, std::vector<Taken>* out,
+                       bool claimed_only) {
   out->clear();  // an entry not recycled goes (with its storage)
   out->resize(names.size());
   std::lock_guard<std::mutex> lock(mu_);
   for (size_t i = 0; i < names.size(); ++i) {
     auto it = entries_.find(names[i]);
-    if (it == entries_.end()) continue;
+    if (it == entries_.end() || (claimed_only && !it->second.claimed)) continue;
     forgetNew(it->second);
     (*out)[i].node_ = entries_.extract(it);
+  }
+}
+
+void TensorQueue::claim(const std::vector<std::string>& names) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& name : names) {
+    auto it = entries_.find(name);
+    if (it == entries_.end()) continue;
+    forgetNew(it->second);
+    it->second.unpopped = false;
+    it->second.claimed = true;
   }
 }
 

@@ -29,6 +29,7 @@ class TensorQueue {
   struct Queued {
     TensorEntry entry;
     bool unpopped = false;  // its request waits in new_ for popNew()
+    bool claimed = false;   // an agreed error names it (claim())
   };
   using Map = std::unordered_map<std::string, Queued>;
 
@@ -67,8 +68,15 @@ class TensorQueue {
   void popNew(std::vector<const Request*>* out);
   std::optional<TensorEntry> take(const std::string& name);
   // The entries of `names`, in order, under one lock (a fused batch), into *out (its
-  // previous contents, recycled or not, dropped).
-  void take(const std::vector<std::string>& names, std::vector<Taken>* out);
+  // previous contents, recycled or not, dropped). With `claimed_only`, only those claim()
+  // marked: the others stay (an empty Taken in their place).
+  void take(const std::vector<std::string>& names, std::vector<Taken>* out,
+            bool claimed_only = false);
+  // Marks the entries of `names` that are here now as those an agreed error completes, and
+  // takes their requests out of the new ones (the background thread, when it agrees on the
+  // error; the error may run later, on the stream's thread). An entry of the same name added
+  // after this is not the error's: it is negotiated on its own.
+  void claim(const std::vector<std::string>& names);
   // Gives the entries of a batch back once run, and clears *taken: their handles and
   // allocators are released here, their requests' storage kept for the next entries.
   void recycle(std::vector<Taken>* taken);

@@ -231,6 +231,35 @@ TEST_CASE("an entry taken before its request is popped is never handed out") {
   CHECK(queue.inFlight() == 2);
 }
 
+TEST_CASE("an agreed error takes only the entries claimed when it was agreed") {
+  TensorQueue queue;
+  std::vector<TensorEntry> a{entry("a")}, b{entry("b")};
+  REQUIRE(queue.add(a).ok());
+  queue.claim({"a", "missing"});  // "a" was never popped: it is not handed out any more
+  std::vector<const Request*> fresh;
+  queue.popNew(&fresh);
+  CHECK(fresh.empty());
+  // "b" is submitted after the error was agreed on (its request popped by the next round):
+  // the error, run later, leaves it in the queue.
+  REQUIRE(queue.add(b).ok());
+  queue.popNew(&fresh);
+  REQUIRE(fresh.size() == 1);
+  std::vector<TensorQueue::Taken> taken;
+  queue.take({"a", "b"}, &taken, /*claimed_only=*/true);
+  REQUIRE(taken.size() == 2);
+  REQUIRE(taken[0]);
+  CHECK(taken[0]->request.name == "a");
+  CHECK_FALSE(taken[1]);
+  CHECK(fresh[0]->name == "b");  // still its own entry's request
+  queue.recycle(&taken);
+  // A node reused by a new entry does not keep the mark.
+  std::vector<TensorEntry> c{entry("c")};
+  REQUIRE(queue.add(c).ok());
+  queue.take({"c"}, &taken, /*claimed_only=*/true);
+  CHECK_FALSE(taken[0]);
+  CHECK(queue.inFlight() == 2);
+}
+
 TEST_CASE("the block pool recycles freed blocks of each size, keeps a bounded number, and outlives its users") {
   auto pool = std::make_shared<BlockPool>(2);
   void* a = pool->get(64);
