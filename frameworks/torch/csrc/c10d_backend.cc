@@ -1022,12 +1022,14 @@ class TuttiBackend : public c10d::Backend {
 
   c10::intrusive_ptr<c10d::Work> enqueue(std::unique_ptr<Pending> p) {
     auto work = p->work;
+    std::vector<c10::intrusive_ptr<TuttiWork>> spent;
     {
       std::lock_guard<std::mutex> lock(mu_);
       queue_.push_back(std::move(p));
+      spent.swap(spent_);
     }
     cv_.notify_one();
-    return work;
+    return work;  // `spent` goes here, on the caller's (a Python) thread
   }
 
   // ---- the completer thread ----
@@ -1074,8 +1076,18 @@ class TuttiBackend : public c10d::Backend {
       }
     }
     if (!error.empty()) failure = backendError("tutti backend: " + p.what + " failed: " + error);
+    // The completer lets go of every tensor before the Work wakes its waiter, whose own
+    // references keep them alive: a tensor whose last reference goes here, after the
+    // waiter's program went on to exit, would need the GIL while Python finalizes (and
+    // that ends this thread inside a destructor: std::terminate). Its reference to the
+    // Work goes on the next submitting thread, or with the backend.
+    p.finish = nullptr;
     p.keep_alive.clear();
-    p.work->complete(failure);
+    results.clear();
+    c10::intrusive_ptr<TuttiWork> work = std::move(p.work);
+    work->complete(failure);
+    std::lock_guard<std::mutex> lock(mu_);
+    spent_.push_back(std::move(work));
   }
 
   // Stops the completer once what was queued is done; gives the runtime up.
@@ -1098,6 +1110,7 @@ class TuttiBackend : public c10d::Backend {
         completer_.join();
       }
     }
+    spent_.clear();  // the completer has stopped
     std::lock_guard<std::mutex> lock(g_runtime_mu);
     if (--g_users == 0 && g_we_started) {
       tutti_shutdown();
@@ -1116,6 +1129,7 @@ class TuttiBackend : public c10d::Backend {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::unique_ptr<Pending>> queue_;
+  std::vector<c10::intrusive_ptr<TuttiWork>> spent_;  // completed; dropped by enqueue()
   bool stop_ = false;
   std::mutex release_mu_;
   bool released_ = false;
