@@ -57,6 +57,9 @@ def parse_args(argv=None):
     p.add_argument("--num-iters", type=int, default=5)
     p.add_argument("--mlp-layers", type=int, default=48)
     p.add_argument("--mlp-width", type=int, default=256)
+    p.add_argument("--ddp-bucket-view", action="store_true",
+                   help="DDP with gradient_as_bucket_view=True (both DDP frameworks): the "
+                        "gradients are views into DDP's buckets, not copied in and out")
     p.add_argument("--threads", type=int, default=1,
                    help="torch threads per rank (default 1: one rank per core)")
     p.add_argument("--json", metavar="PATH", help="also write the results as JSON (rank 0)")
@@ -193,8 +196,9 @@ class Trainer:
             self.opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
             self.model = model
         else:
-            self.model = nn.parallel.DistributedDataParallel(model,
-                                                             process_group=groups[framework])
+            self.model = nn.parallel.DistributedDataParallel(
+                model, process_group=groups[framework],
+                gradient_as_bucket_view=args.ddp_bucket_view)
             self.opt = torch.optim.SGD(self.model.parameters(), lr=lr, momentum=0.9)
         self.params = list(model.parameters())
         self.tensors = len(self.params)
@@ -290,8 +294,9 @@ def main(argv=None):
     ok = all(r["identical"] for r in results)
     if hvd.rank() == 0:
         print("# tutti.torch and DDP on tutti vs DistributedDataParallel (gloo), torch %s, %d ranks, "
-              "medians of %d iterations of %d batches" % (
-                  torch.__version__, hvd.size(), args.num_iters, args.num_batches_per_iter))
+              "medians of %d iterations of %d batches%s" % (
+                  torch.__version__, hvd.size(), args.num_iters, args.num_batches_per_iter,
+                  ", DDP with gradient_as_bucket_view" if args.ddp_bucket_view else ""))
         print_table(results)
         if args.json:
             with open(args.json, "w") as f:
