@@ -271,3 +271,26 @@ def test_distributed_gradient_tape_sparse_and_local_sources():
     expected = np.zeros([6, 2])
     expected[:hvd.size()] = 1.0 / hvd.size()
     np.testing.assert_allclose(dense.numpy(), expected)
+
+
+def test_partial_distributed_gradient_tape_keeps_local_layers_local():
+    import keras
+    shared, local = keras.layers.Dense(1, use_bias=False), keras.layers.Dense(1, use_bias=False)
+    x = tf.ones([1, 1])
+    shared(x), local(x)
+    with tf.GradientTape() as tape:
+        loss = (tf.reduce_sum(shared(x)) + tf.reduce_sum(local(x))) * float(hvd.rank() + 1)
+    tape = hvd.PartialDistributedGradientTape(tape, local_layers=local)
+    g_shared, g_local = tape.gradient(loss, [shared.kernel, local.kernel])
+    np.testing.assert_allclose(g_shared.numpy(), sum(range(1, hvd.size() + 1)) / hvd.size())
+    np.testing.assert_allclose(g_local.numpy(), (hvd.rank() + 1) / hvd.size())
+    with tf.GradientTape() as tape:
+        loss = (tf.reduce_sum(shared(x)) + tf.reduce_sum(local(x))) * float(hvd.rank() + 1)
+    tape = hvd.PartialDistributedGradientTape(tape, local_layers=[local])
+    mine, reduced = tape.get_local_and_global_gradients(loss, [shared.kernel, local.kernel])
+    assert [v is local.kernel for v, _ in mine] == [True]
+    assert [v is shared.kernel for v, _ in reduced] == [True]
+    np.testing.assert_allclose(mine[0][1].numpy(), (hvd.rank() + 1) / hvd.size())
+    np.testing.assert_allclose(reduced[0][1].numpy(), g_shared.numpy())
+    with pytest.raises(ValueError, match="local_layers takes Keras layers"):
+        hvd.PartialDistributedGradientTape(tf.GradientTape(), local_layers=[shared.kernel])

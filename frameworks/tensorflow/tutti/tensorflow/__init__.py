@@ -224,6 +224,17 @@ class _DistributedGradientTape(tf.GradientTape):
             self.process_set)
         return tf.nest.pack_sequence_as(sources, out)
 
+    def get_local_and_global_gradients(self, target, sources, output_gradients=None,
+                                       use_generic_names=False):
+        """gradient()'s results split in two lists of (source, gradient) pairs, in the order
+        of `sources`: the local sources' (register_local_source), then the reduced ones'."""
+        grads = tf.nest.flatten(self.gradient(target, sources, output_gradients,
+                                              use_generic_names))
+        local, reduced = [], []
+        for source, grad in zip(tf.nest.flatten(sources), grads):
+            (local if _var_key(source) in self._local_sources else reduced).append((source, grad))
+        return local, reduced
+
 
 def DistributedGradientTape(gradtape, device_dense="", device_sparse="",
                             compression=Compression.none, sparse_as_dense=False, op=Average,
@@ -243,6 +254,31 @@ def DistributedGradientTape(gradtape, device_dense="", device_sparse="",
                gradient_predivide_factor, groups, gradtape._persistent,
                gradtape._watch_accessed_variables, process_set=process_set,
                scale_local_gradients=scale_local_gradients)
+
+
+def PartialDistributedGradientTape(gradtape, device_dense="", device_sparse="",
+                                   compression=Compression.none, sparse_as_dense=False,
+                                   op=Average, gradient_predivide_factor=1.0, num_groups=0,
+                                   groups=None, local_layers=None,
+                                   process_set=global_process_set, scale_local_gradients=True):
+    """DistributedGradientTape whose gradients of the trainable weights of `local_layers`
+    (a Keras layer or a list of them) stay local: not reduced, divided by the set's size
+    when scale_local_gradients (horovod.tensorflow.PartialDistributedGradientTape)."""
+    if local_layers is None:
+        local_layers = []
+    elif not isinstance(local_layers, (list, tuple)):
+        local_layers = [local_layers]
+    for layer in local_layers:
+        if not hasattr(layer, "trainable_weights"):
+            raise ValueError("PartialDistributedGradientTape: local_layers takes Keras layers; "
+                             "got %r" % (layer,))
+    tape = DistributedGradientTape(gradtape, device_dense, device_sparse, compression,
+                                   sparse_as_dense, op, gradient_predivide_factor, num_groups,
+                                   groups, process_set, scale_local_gradients)
+    for layer in local_layers:
+        for var in layer.trainable_weights:
+            tape.register_local_source(var)
+    return tape
 
 
 def DistributedOptimizer(optimizer, name=None, use_locking=False, device_dense="",
