@@ -59,9 +59,10 @@ void TensorQueue::popNew(std::vector<const Request*>* out) {
   new_.clear();
 }
 
-void TensorQueue::forgetNew(const Queued& q) {
+void TensorQueue::forgetNew(Queued& q) {
   if (!q.unpopped) return;  // the steady state: popped before it was agreed on
   new_.erase(std::find(new_.begin(), new_.end(), &q));
+  q.unpopped = false;
 }
 
 std::optional<TensorEntry> TensorQueue::take(const std::string& name) {
@@ -91,7 +92,6 @@ void TensorQueue::claim(const std::vector<std::string>& names) {
     auto it = entries_.find(name);
     if (it == entries_.end()) continue;
     forgetNew(it->second);
-    it->second.unpopped = false;
     it->second.claimed = true;
   }
 }

@@ -95,7 +95,7 @@ class TensorQueue {
   // The entries added since popNew, in submission order (each marked unpopped; one taken
   // before it is popped leaves this list, so these never dangle).
   std::vector<Queued*> new_;
-  void forgetNew(const Queued& q);  // mu_ held
+  void forgetNew(Queued& q);  // mu_ held; clears q's unpopped mark
   std::map<int, int64_t> noname_counters_;  // per OpType
 };
 
