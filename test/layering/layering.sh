@@ -7,7 +7,8 @@
 #              (hierarchical is composed of shm; the registry puts the two together)
 #   core/      includes from backends/ only the contracts: backend.h, registry.h, elastic.h,
 #              options.h
-#   frameworks/ includes none of them: only the public tutti/ headers
+#   frameworks/ includes none of them, and of the public headers only the C API, tutti/tutti.h
+#              (an adapter is compiled with its framework's C++ ABI: no C++ type may cross)
 #   bench/     (tutti-bench) likewise: a program on the public API, as a user's is; its
 #              CMakeLists.txt links libtutti.so, never tutti_internal
 # Prints one line per include that breaks a rule (file:line, the include, the rule) and
@@ -48,6 +49,8 @@ report "core/ may include from backends/ only the contracts backend.h, registry.
   < <(includes core 'backends/' | grep -vE "[\"<]${contracts}[\">]")
 report "frameworks/ use the public API only (tutti/tutti.h, tutti/tutti.hpp)" \
   < <(includes frameworks 'base/|core/|backends/')
+report "frameworks/ stand on the C API only (tutti/tutti.h): an adapter is built with its framework's C++ ABI, so no C++ type of tutti.hpp may cross into libtutti" \
+  < <(includes frameworks 'tutti/tutti\.hpp')
 report "bench/ (tutti-bench) uses the public API only (tutti/tutti.h, tutti/tutti.hpp), its own bench/ headers, MPI and gloo" \
   < <(includes bench 'base/|core/|backends/')
 report "tutti-bench links libtutti.so (target tutti), as a user's program does, not the internal library" \

@@ -38,6 +38,8 @@
 
 #include <tutti/tutti.h>
 
+#include "torch_dtype.h"
+
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
@@ -87,25 +89,11 @@ std::exception_ptr backendError(const std::string& message) {
 [[noreturn]] void refuse(const std::string& message) { TORCH_CHECK(false, message); }
 
 tutti_dtype_t toDtype(at::ScalarType type, const char* op) {
-  switch (type) {
-    case at::kByte: return TUTTI_UINT8;
-    case at::kChar: return TUTTI_INT8;
-    case at::kShort: return TUTTI_INT16;
-    case at::kInt: return TUTTI_INT32;
-    case at::kLong: return TUTTI_INT64;
-    case at::kHalf: return TUTTI_FLOAT16;
-    case at::kBFloat16: return TUTTI_BFLOAT16;
-    case at::kFloat: return TUTTI_FLOAT32;
-    case at::kDouble: return TUTTI_FLOAT64;
-    case at::kBool: return TUTTI_BOOL;
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
-    case at::kUInt16: return TUTTI_UINT16;
-#endif
-    default:
-      refuse(std::string("tutti backend: ") + op + ": tensor dtype " + c10::toString(type) +
-             " is not supported (expected uint8, int8, int16, uint16, int32, int64, float16, "
-             "bfloat16, float32, float64 or bool)");
-  }
+  tutti_dtype_t dtype = TUTTI_UINT8;
+  if (!torch_ext::toTuttiDtype(type, &dtype))
+    refuse(std::string("tutti backend: ") + op + ": tensor dtype " + c10::toString(type) +
+           " is not supported (expected " + torch_ext::kSupportedDtypes + ")");
+  return dtype;
 }
 
 bool isIntegral(at::ScalarType type) {

@@ -1,48 +1,55 @@
-// tutti.torch._C: the pybind11 bridge between torch tensors and the Tutti C++ API.
+// tutti.torch._C: the pybind11 bridge between torch tensors and Tutti's C API (tutti/tutti.h).
 //
-// That API (tutti/tutti.hpp) is header-only over the C API, so all this module takes from
-// libtutti.so are C functions (tutti_*): it is compiled with torch's _GLIBCXX_USE_CXX11_ABI,
-// whichever it is, and no std:: type crosses into the library (docs/pytorch.md).
+// Like every framework adapter it includes only the C API, so all it takes from libtutti.so
+// are C functions (tutti_*): it is compiled with torch's _GLIBCXX_USE_CXX11_ABI, whichever it
+// is, and no C++ type crosses into the library (docs/pytorch.md).
 //
 // With c10d_backend.cc (the torch.distributed backend), the only translation units that
-// include torch headers (each one costs about a minute to
-// compile). It stays thin: it turns at::Tensor into TensorView, starts ops, waits with the GIL
-// released and turns a failed Status into a Python exception. Handles, in-place copies,
-// autograd and the horovod-compatible surface live in the Python package (tutti/torch/*.py),
-// which keeps every tensor an op uses alive until the op is done.
+// include torch headers (each one costs about a minute to compile). It stays thin: it turns
+// at::Tensor into tutti_tensor_t, starts ops, waits with the GIL released and turns a failed
+// status into a Python exception. Handles, in-place copies, autograd and the
+// horovod-compatible surface live in the Python package (tutti/torch/*.py), which keeps every
+// tensor an op uses alive until the op is done.
 //
 // Thread-safety: every function is called with the GIL held; the only code that runs on
-// Tutti's background thread is an OutputAllocator, which touches no Python object.
+// Tutti's background thread is an OutputSlot's allocator, which touches no Python object.
 #include <torch/extension.h>
 #include <torch/version.h>
 
-#include <tutti/tutti.hpp>
+#include <tutti/tutti.h>
 
+#include "torch_dtype.h"
+
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace py = pybind11;
 
 namespace tutti {
-namespace detail {
+namespace torch_ext {
 namespace {
 
-// A failed Status on its way to Python; the translator below picks the exception class.
+using Handle = tutti_handle_t;
+
+// A failed status on its way to Python; the translator below picks the exception class.
 class StatusError : public std::runtime_error {
  public:
-  StatusError(StatusCode code, const std::string& message)
+  StatusError(tutti_status_t code, const std::string& message)
       : std::runtime_error(message), code_(code) {}
-  StatusCode code() const { return code_; }
+  tutti_status_t code() const { return code_; }
 
  private:
-  StatusCode code_;
+  tutti_status_t code_;
 };
 
-void check(const Status& status) {
-  if (!status.ok()) throw StatusError(status.code(), status.message());
+// Throws the calling thread's last error for a failed C call.
+void check(tutti_status_t status) {
+  if (status != TUTTI_OK) throw StatusError(status, tutti_last_error());
 }
 
 // Python exception classes, created once at import (module state lives as long as the module).
@@ -51,15 +58,15 @@ PyObject* g_value_error = nullptr;      // TuttiValueError(TuttiError, ValueErro
 PyObject* g_duplicate_error = nullptr;  // DuplicateNameError(TuttiValueError)
 PyObject* g_timeout_error = nullptr;    // TuttiTimeoutError(TuttiError, TimeoutError)
 
-PyObject* exceptionClassFor(StatusCode code) {
+PyObject* exceptionClassFor(tutti_status_t code) {
   switch (code) {
-    case StatusCode::kDuplicateName:
+    case TUTTI_ERR_DUPLICATE_NAME:
       return g_duplicate_error;
-    case StatusCode::kInvalidArgument:
-    case StatusCode::kUnsupported:
+    case TUTTI_ERR_INVALID_ARGUMENT:
+    case TUTTI_ERR_UNSUPPORTED:
       return g_value_error;
-    case StatusCode::kTimeout:
-    case StatusCode::kInProgress:
+    case TUTTI_ERR_TIMEOUT:
+    case TUTTI_ERR_IN_PROGRESS:
       return g_timeout_error;
     default:
       return g_tutti_error;
@@ -76,58 +83,61 @@ void raiseStatusError(const StatusError& error) {
     Py_DECREF(code);
   }
   // An elastic job goes on after it (tutti.torch.elastic.run; docs/elastic.md).
-  const bool recoverable = tutti::isRecoverable(Status(error.code(), ""));
+  const bool recoverable = tutti_status_recoverable(error.code()) != 0;
   PyObject_SetAttrString(instance, "recoverable", recoverable ? Py_True : Py_False);
   PyErr_SetObject(cls, instance);
   Py_DECREF(instance);
 }
 
-DataType toDataType(at::ScalarType type) {
-  switch (type) {
-    case at::kByte: return DataType::kUInt8;
-    case at::kChar: return DataType::kInt8;
-    case at::kShort: return DataType::kInt16;
-    case at::kInt: return DataType::kInt32;
-    case at::kLong: return DataType::kInt64;
-    case at::kHalf: return DataType::kFloat16;
-    case at::kBFloat16: return DataType::kBFloat16;
-    case at::kFloat: return DataType::kFloat32;
-    case at::kDouble: return DataType::kFloat64;
-    case at::kBool: return DataType::kBool;
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
-    case at::kUInt16: return DataType::kUInt16;  // torch.uint16 exists from PyTorch 2.3
-#endif
-    default:
-      throw StatusError(StatusCode::kUnsupported,
-                        std::string("tutti.torch: tensor dtype ") + c10::toString(type) +
-                            " is not supported (expected one of uint8, int8, int16, int32, "
-                            "int64, float16, bfloat16, float32, float64, bool, and uint16 "
-                            "from PyTorch 2.3)");
-  }
+[[noreturn]] void invalid(const std::string& message) {
+  throw StatusError(TUTTI_ERR_INVALID_ARGUMENT, "tutti.torch: " + message);
 }
 
-// A view of `tensor`, which must be dense and contiguous (the Python side ensures it).
-TensorView toView(const at::Tensor& tensor, const char* what) {
-  if (!tensor.defined()) {
-    throw StatusError(StatusCode::kInvalidArgument,
-                      std::string("tutti.torch: ") + what + " is an undefined tensor");
-  }
+// `tensor` as a C tensor; it must be dense and contiguous (the Python side ensures it).
+tutti_tensor_t toTensor(const at::Tensor& tensor, const char* what) {
+  if (!tensor.defined()) invalid(std::string(what) + " is an undefined tensor");
   if (tensor.is_sparse() || !tensor.is_contiguous()) {
-    throw StatusError(StatusCode::kInvalidArgument,
-                      std::string("tutti.torch: ") + what +
-                          " must be a dense contiguous tensor (got layout " +
-                          c10::str(tensor.layout()) + ", contiguous=" +
-                          (tensor.is_contiguous() ? "true" : "false") + ")");
+    invalid(std::string(what) + " must be a dense contiguous tensor (got layout " +
+            c10::str(tensor.layout()) +
+            ", contiguous=" + (tensor.is_contiguous() ? "true" : "false") + ")");
   }
-  TensorView view;
-  view.data = tensor.data_ptr();
-  view.dtype = toDataType(tensor.scalar_type());
-  view.shape.assign(tensor.sizes().begin(), tensor.sizes().end());
-  if (tensor.is_cuda()) {
-    view.device.type = DeviceType::kCuda;
-    view.device.index = tensor.get_device();
+  tutti_tensor_t t;
+  std::memset(&t, 0, sizeof t);
+  if (!toTuttiDtype(tensor.scalar_type(), &t.dtype)) {
+    throw StatusError(TUTTI_ERR_UNSUPPORTED,
+                      std::string("tutti.torch: ") + what + ": tensor dtype " +
+                          c10::toString(tensor.scalar_type()) + " is not supported (expected " +
+                          kSupportedDtypes + ")");
   }
-  return view;
+  if (tensor.dim() > TUTTI_MAX_DIMS) {
+    invalid(std::string(what) + ": shape has " + std::to_string(tensor.dim()) +
+            " dimensions, expected at most " + std::to_string(TUTTI_MAX_DIMS));
+  }
+  t.data = tensor.data_ptr();
+  t.ndim = static_cast<int>(tensor.dim());
+  for (int i = 0; i < t.ndim; ++i) t.shape[i] = tensor.size(i);
+  return t;
+}
+
+tutti_device_t deviceOf(const at::Tensor& tensor) {
+  return tensor.is_cuda() ? TUTTI_DEVICE_CUDA : TUTTI_DEVICE_CPU;
+}
+
+tutti_op_options_t makeOptions(const at::Tensor& input, int process_set) {
+  tutti_op_options_t options;
+  tutti_op_options_init(&options);
+  options.process_set = process_set;
+  options.device = deviceOf(input);
+  return options;
+}
+
+tutti_op_options_t makeReduceOptions(const at::Tensor& input, int op, double prescale,
+                                     double postscale, int process_set) {
+  tutti_op_options_t options = makeOptions(input, process_set);
+  options.op = static_cast<tutti_reduce_op_t>(op);
+  options.prescale = prescale;
+  options.postscale = postscale;
+  return options;
 }
 
 // Receives the output of an op whose size depends on other ranks. The allocator fills it on
@@ -152,23 +162,32 @@ class OutputSlot {
 
   // The output after a successful wait. Tutti only writes through our allocator, so an
   // output it never asked for has no elements.
-  at::Tensor take(const Result& result) {
+  at::Tensor take(const std::vector<int64_t>& shape) {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!tensor_.defined()) {
-      at::Tensor tensor = at::empty(result.shape, options_);
+      at::Tensor tensor = at::empty(shape, options_);
       if (tensor.numel() != 0) {
-        throw StatusError(StatusCode::kInternal,
+        throw StatusError(TUTTI_ERR_INTERNAL,
                           "tutti.torch: the runtime reported an output of shape " +
                               c10::str(tensor.sizes()) + " without allocating it");
       }
       return tensor;
     }
-    if (tensor_.sizes().vec() != result.shape) {
-      throw StatusError(StatusCode::kInternal,
+    if (tensor_.sizes().vec() != shape) {
+      throw StatusError(TUTTI_ERR_INTERNAL,
                         "tutti.torch: output allocated with shape " + c10::str(tensor_.sizes()) +
-                            " but the runtime reported " + c10::str(at::IntArrayRef(result.shape)));
+                            " but the runtime reported " + c10::str(at::IntArrayRef(shape)));
     }
     return tensor_;
+  }
+
+  // The C API's allocator and release, with a heap-held reference to the slot as user_data.
+  static void* allocateFor(const int64_t* shape, int ndim, void* user_data) {
+    auto& slot = *static_cast<std::shared_ptr<OutputSlot>*>(user_data);
+    return slot->allocate(std::vector<int64_t>(shape, shape + ndim));
+  }
+  static void release(void* user_data) {
+    delete static_cast<std::shared_ptr<OutputSlot>*>(user_data);
   }
 
  private:
@@ -178,30 +197,24 @@ class OutputSlot {
   at::Tensor placeholder_;
 };
 
-OpOptions makeOptions(int op, double prescale, double postscale, int process_set) {
-  OpOptions options;
-  options.op = static_cast<ReduceOp>(op);
-  options.prescale = prescale;
-  options.postscale = postscale;
-  options.process_set = process_set;
-  return options;
-}
-
-// Attaches a fresh OutputSlot for `input`'s dtype/device to `options`.
-std::shared_ptr<OutputSlot> attachSlot(const at::Tensor& input, OpOptions* options) {
+// Attaches a fresh OutputSlot for `input`'s dtype/device to `options`; the C API releases its
+// reference once it no longer needs it (also when the submission fails).
+std::shared_ptr<OutputSlot> attachSlot(const at::Tensor& input, tutti_op_options_t* options) {
   auto slot = std::make_shared<OutputSlot>(input.options());
-  options->allocator = [slot](const std::vector<int64_t>& shape) {
-    return slot->allocate(shape);
-  };
+  options->user_data = new std::shared_ptr<OutputSlot>(slot);
+  options->allocator = &OutputSlot::allocateFor;
+  options->release = &OutputSlot::release;
   return slot;
 }
 
 Handle allreduceAsync(const std::string& name, const at::Tensor& input, const at::Tensor& output,
                       int op, double prescale, double postscale, int process_set) {
+  const tutti_tensor_t in = toTensor(input, "allreduce input");
+  tutti_tensor_t out = toTensor(output, "allreduce output");
+  const tutti_op_options_t options =
+      makeReduceOptions(input, op, prescale, postscale, process_set);
   Handle handle = 0;
-  check(tutti::allreduceAsync(name, toView(input, "allreduce input"),
-                              toView(output, "allreduce output"),
-                              makeOptions(op, prescale, postscale, process_set), &handle));
+  check(tutti_allreduce_tensor_async(name.c_str(), &in, &out, &options, &handle));
   return handle;
 }
 
@@ -209,144 +222,184 @@ Handle groupedAllreduceAsync(const std::vector<std::string>& names,
                              const std::vector<at::Tensor>& inputs,
                              const std::vector<at::Tensor>& outputs, int op, double prescale,
                              double postscale, int process_set) {
-  std::vector<TensorView> in_views, out_views;
-  for (const auto& t : inputs) in_views.push_back(toView(t, "grouped_allreduce input"));
-  for (const auto& t : outputs) out_views.push_back(toView(t, "grouped_allreduce output"));
+  if (names.empty() || names.size() != inputs.size() || names.size() != outputs.size()) {
+    invalid("grouped_allreduce: got " + std::to_string(names.size()) + " names, " +
+            std::to_string(inputs.size()) + " inputs and " + std::to_string(outputs.size()) +
+            " outputs; expected the same non-zero count");
+  }
+  std::vector<const char*> cnames;
+  std::vector<tutti_tensor_t> in, out;
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (deviceOf(inputs[i]) != deviceOf(inputs[0])) {
+      invalid("grouped_allreduce '" + names[i] + "': on another kind of device than '" +
+              names[0] + "'; one group, one device");
+    }
+    cnames.push_back(names[i].c_str());
+    in.push_back(toTensor(inputs[i], "grouped_allreduce input"));
+    out.push_back(toTensor(outputs[i], "grouped_allreduce output"));
+  }
+  const tutti_op_options_t options =
+      makeReduceOptions(inputs[0], op, prescale, postscale, process_set);
   Handle handle = 0;
-  check(tutti::groupedAllreduceAsync(names, in_views, out_views,
-                                     makeOptions(op, prescale, postscale, process_set),
-                                     &handle));
+  check(tutti_grouped_allreduce_async(cnames.data(), in.data(), out.data(),
+                                      static_cast<int>(names.size()), &options, &handle));
   return handle;
 }
 
 Handle broadcastAsync(const std::string& name, const at::Tensor& buffer, int root,
                       int process_set) {
-  OpOptions options;
+  tutti_tensor_t t = toTensor(buffer, "broadcast tensor");
+  tutti_op_options_t options = makeOptions(buffer, process_set);
   options.root = root;
-  options.process_set = process_set;
   Handle handle = 0;
-  check(tutti::broadcastAsync(name, toView(buffer, "broadcast tensor"), options, &handle));
+  check(tutti_broadcast_tensor_async(name.c_str(), &t, &options, &handle));
   return handle;
 }
 
 using SlotHandle = std::pair<Handle, std::shared_ptr<OutputSlot>>;
+using OutputOp = tutti_status_t (*)(const char*, const tutti_tensor_t*,
+                                    const tutti_op_options_t*, tutti_handle_t*);
 
-SlotHandle allgatherAsync(const std::string& name, const at::Tensor& input, int process_set) {
-  OpOptions options;
-  options.process_set = process_set;
+// Starts an op whose output Tutti sizes (allgather, alltoall, reducescatter) into a new slot.
+SlotHandle startOutputOp(OutputOp start, const std::string& name, const at::Tensor& input,
+                         const char* what, tutti_op_options_t options) {
+  const tutti_tensor_t t = toTensor(input, what);  // before the slot: a refusal leaks nothing
   auto slot = attachSlot(input, &options);
   Handle handle = 0;
-  check(tutti::allgatherAsync(name, toView(input, "allgather input"), options, &handle));
+  check(start(name.c_str(), &t, &options, &handle));
   return {handle, slot};
+}
+
+SlotHandle allgatherAsync(const std::string& name, const at::Tensor& input, int process_set) {
+  return startOutputOp(tutti_allgather_async, name, input, "allgather input",
+                       makeOptions(input, process_set));
 }
 
 SlotHandle alltoallAsync(const std::string& name, const at::Tensor& input,
                          const std::vector<int64_t>& splits, int process_set) {
-  OpOptions options;
-  options.process_set = process_set;
-  options.splits = splits;
-  auto slot = attachSlot(input, &options);
-  Handle handle = 0;
-  check(tutti::alltoallAsync(name, toView(input, "alltoall input"), options, &handle));
-  return {handle, slot};
+  tutti_op_options_t options = makeOptions(input, process_set);
+  options.splits = splits.empty() ? nullptr : splits.data();
+  options.nsplits = static_cast<int>(splits.size());
+  return startOutputOp(tutti_alltoall_async, name, input, "alltoall input", options);
 }
 
 SlotHandle reducescatterAsync(const std::string& name, const at::Tensor& input, int op,
                               double prescale, double postscale, int process_set) {
-  OpOptions options = makeOptions(op, prescale, postscale, process_set);
-  auto slot = attachSlot(input, &options);
-  Handle handle = 0;
-  check(tutti::reducescatterAsync(name, toView(input, "reducescatter input"), options, &handle));
-  return {handle, slot};
+  return startOutputOp(tutti_reducescatter_async, name, input, "reducescatter input",
+                       makeReduceOptions(input, op, prescale, postscale, process_set));
 }
 
 Handle barrierAsync(int process_set) {
   Handle handle = 0;
-  check(tutti::barrierAsync(process_set, &handle));
+  check(tutti_barrier_async(process_set, &handle));
   return handle;
 }
 
 Handle joinAsync(int process_set) {
   Handle handle = 0;
-  check(tutti::joinAsync(process_set, &handle));
+  check(tutti_join_async(process_set, &handle));
   return handle;
 }
 
 bool poll(Handle handle) {
-  bool done = false;
-  check(tutti::poll(handle, &done));
-  return done;
+  int done = 0;
+  check(tutti_poll(handle, &done));
+  return done != 0;
 }
 
 // Waits for `handle` with the GIL released. Returns (output or None, recv_splits,
 // last_joined_rank); the output comes from `slot` for ops that have one.
 py::tuple wait(Handle handle, double timeout_seconds, std::shared_ptr<OutputSlot> slot) {
-  Result result;
-  Status status;
+  tutti_result_t result;
+  std::memset(&result, 0, sizeof result);
+  result.struct_size = sizeof result;
+  result.last_joined_rank = -1;
+  tutti_status_t status;
+  std::string error;
   {
     py::gil_scoped_release release;
-    status = tutti::wait(handle, timeout_seconds, &result);
+    status = tutti_wait_result(handle, timeout_seconds, &result);
+    if (status != TUTTI_OK) error = tutti_last_error();  // this thread's, read before any other
   }
-  check(status);
+  // The output is the slot's (Tutti allocates one only for an op without an allocator, and
+  // those here have none); the splits are Tutti's to free.
+  std::vector<int64_t> splits;
+  if (result.recv_splits != nullptr)
+    splits.assign(result.recv_splits, result.recv_splits + result.nsplits);
+  tutti_free(result.recv_splits);
+  if (!slot) tutti_free(result.data);
+  if (status != TUTTI_OK) throw StatusError(status, error);
   py::object output = py::none();
-  if (slot) output = py::cast(slot->take(result));
-  return py::make_tuple(output, result.recv_splits, result.last_joined_rank);
+  if (slot) {
+    const int ndim = result.ndim > 0 ? result.ndim : 0;
+    output = py::cast(slot->take(std::vector<int64_t>(result.shape, result.shape + ndim)));
+  }
+  return py::make_tuple(output, splits, result.last_joined_rank);
+}
+
+// Runs a C call that may wait on the other ranks with the GIL released; throws its failure.
+template <typename Call>
+void callReleased(Call call) {
+  tutti_status_t status;
+  std::string error;
+  {
+    py::gil_scoped_release release;
+    status = call();
+    if (status != TUTTI_OK) error = tutti_last_error();
+  }
+  if (status != TUTTI_OK) throw StatusError(status, error);
 }
 
 int addProcessSet(const std::vector<int>& ranks) {
   int id = 0;
-  Status status;
-  {
-    py::gil_scoped_release release;  // collective over all ranks
-    status = tutti::addProcessSet(ranks, &id);
-  }
-  check(status);
+  callReleased([&] {  // collective over all ranks
+    return tutti_add_process_set(ranks.data(), static_cast<int>(ranks.size()), &id);
+  });
   return id;
 }
 
 void removeProcessSet(int process_set) {
-  Status status;
-  {
-    py::gil_scoped_release release;
-    status = tutti::removeProcessSet(process_set);
-  }
-  check(status);
+  callReleased([&] { return tutti_remove_process_set(process_set); });
+}
+
+std::vector<int> processSetRanks(int process_set) {
+  int n = 0;
+  if (tutti_process_set_ranks(process_set, nullptr, 0, &n) != TUTTI_OK || n <= 0) return {};
+  std::vector<int> ranks(static_cast<size_t>(n));
+  if (tutti_process_set_ranks(process_set, ranks.data(), n, &n) != TUTTI_OK) return {};
+  if (static_cast<size_t>(n) < ranks.size()) ranks.resize(static_cast<size_t>(n));
+  return ranks;
 }
 
 void init() {
-  Status status;
-  {
-    py::gil_scoped_release release;  // may rendezvous with the other ranks
-    status = tutti::init();
-  }
-  check(status);
+  callReleased([] { return tutti_init(); });  // may rendezvous with the other ranks
 }
 
 void shutdown() {
-  Status status;
-  {
-    py::gil_scoped_release release;
-    status = tutti::shutdown();
-  }
-  check(status);
+  callReleased([] { return tutti_shutdown(); });
 }
 
 bool hostsUpdated() {
-  bool updated = false;
-  Status status;
-  {
-    py::gil_scoped_release release;  // asks the launcher's rendezvous server
-    status = tutti::hostsUpdated(&updated);
-  }
-  check(status);
-  return updated;
+  int updated = 0;
+  callReleased([&] { return tutti_hosts_updated(&updated); });  // asks the launcher's server
+  return updated != 0;
 }
 
 void startTimeline(const std::string& path, bool mark_cycles) {
-  check(tutti::startTimeline(path, mark_cycles));
+  check(tutti_start_timeline(path.c_str(), mark_cycles ? 1 : 0));
 }
 
-void stopTimeline() { check(tutti::stopTimeline()); }
+void stopTimeline() { check(tutti_stop_timeline()); }
+
+// This rank's counters since init, sorted by name; empty before init.
+std::vector<std::pair<std::string, int64_t>> stats() {
+  const tutti_stat_t* s = nullptr;
+  int n = 0;
+  std::vector<std::pair<std::string, int64_t>> out;
+  if (tutti_stats(&s, &n) != TUTTI_OK) return out;
+  for (int i = 0; i < n; ++i) out.emplace_back(s[i].name, s[i].value);
+  return out;
+}
 
 PyObject* newException(const char* name, PyObject* bases, const char* doc) {
   PyObject* cls = PyErr_NewExceptionWithDoc(name, doc, bases, nullptr);
@@ -380,7 +433,7 @@ void defineExceptions(py::module_& m) {
 }
 
 }  // namespace
-}  // namespace detail
+}  // namespace torch_ext
 }  // namespace tutti
 
 namespace tutti {
@@ -390,29 +443,29 @@ void defineC10dBackend(py::module& m);  // c10d_backend.cc
 }  // namespace tutti
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  using namespace tutti::detail;
+  using namespace tutti::torch_ext;
   m.doc() = "Tutti collectives on torch tensors (internal; use tutti.torch)";
   defineExceptions(m);
-  defineC10dBackend(m);
+  tutti::detail::defineC10dBackend(m);
 
   py::class_<OutputSlot, std::shared_ptr<OutputSlot>>(m, "OutputSlot");
 
   m.def("init", &init);
   m.def("shutdown", &shutdown);
-  m.def("is_initialized", &tutti::isInitialized);
-  m.def("rank", &tutti::rank);
-  m.def("size", &tutti::size);
-  m.def("local_rank", &tutti::localRank);
-  m.def("local_size", &tutti::localSize);
-  m.def("cross_rank", &tutti::crossRank);
-  m.def("cross_size", &tutti::crossSize);
-  m.def("backend_built", &tutti::backendBuilt, py::arg("name"));
-  m.def("cpu_backend", &tutti::cpuBackend);
+  m.def("is_initialized", [] { return tutti_is_initialized() != 0; });
+  m.def("rank", &tutti_rank);
+  m.def("size", &tutti_size);
+  m.def("local_rank", &tutti_local_rank);
+  m.def("local_size", &tutti_local_size);
+  m.def("cross_rank", &tutti_cross_rank);
+  m.def("cross_size", &tutti_cross_size);
+  m.def("backend_built", [](const std::string& name) { return tutti_backend_built(name.c_str()) != 0; }, py::arg("name"));
+  m.def("cpu_backend", [] { return std::string(tutti_cpu_backend()); });
   m.def("start_timeline", &startTimeline, py::arg("path"), py::arg("mark_cycles"));
   m.def("stop_timeline", &stopTimeline);
-  m.def("stats", &tutti::stats);
+  m.def("stats", &stats);
   m.def("hosts_updated", &hostsUpdated);
-  m.def("elastic_generation", &tutti::elasticGeneration);
+  m.def("elastic_generation", &tutti_elastic_generation);
 
   m.def("allreduce_async", &allreduceAsync, py::arg("name"), py::arg("input"),
         py::arg("output"), py::arg("op"), py::arg("prescale"), py::arg("postscale"),
@@ -435,13 +488,13 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
 
   m.def("add_process_set", &addProcessSet, py::arg("ranks"));
   m.def("remove_process_set", &removeProcessSet, py::arg("process_set"));
-  m.def("process_set_rank", &tutti::processSetRank, py::arg("process_set"));
-  m.def("process_set_size", &tutti::processSetSize, py::arg("process_set"));
-  m.def("process_set_ranks", &tutti::processSetRanks, py::arg("process_set"));
+  m.def("process_set_rank", &tutti_process_set_rank, py::arg("process_set"));
+  m.def("process_set_size", &tutti_process_set_size, py::arg("process_set"));
+  m.def("process_set_ranks", &processSetRanks, py::arg("process_set"));
 
-  m.attr("SUM") = static_cast<int>(tutti::ReduceOp::kSum);
-  m.attr("AVERAGE") = static_cast<int>(tutti::ReduceOp::kAverage);
-  m.attr("MIN") = static_cast<int>(tutti::ReduceOp::kMin);
-  m.attr("MAX") = static_cast<int>(tutti::ReduceOp::kMax);
-  m.attr("PRODUCT") = static_cast<int>(tutti::ReduceOp::kProduct);
+  m.attr("SUM") = static_cast<int>(TUTTI_SUM);
+  m.attr("AVERAGE") = static_cast<int>(TUTTI_AVERAGE);
+  m.attr("MIN") = static_cast<int>(TUTTI_MIN);
+  m.attr("MAX") = static_cast<int>(TUTTI_MAX);
+  m.attr("PRODUCT") = static_cast<int>(TUTTI_PRODUCT);
 }
