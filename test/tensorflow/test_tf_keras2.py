@@ -1,7 +1,8 @@
 """tutti.keras on legacy Keras 2 (tf-keras with TF_USE_LEGACY_KERAS=1; CTest
 tensorflow_keras2_gloo_2 runs this file alone, so that no Keras 3 test shares its process):
 fit ends with identical weights equal to the single-process reference, backward_passes_per_step,
-the callbacks, load_model, PartialDistributedOptimizer, Horovod's value helpers."""
+the callbacks, load_model, PartialDistributedOptimizer, Horovod's value helpers, and
+tutti.tensorflow.SyncBatchNormalization as a tf-keras layer."""
 
 import os
 
@@ -20,6 +21,7 @@ if not keras.layers.Layer.__module__.startswith("tf_keras."):
                 "(scripts/setup.sh installs it)" % keras.layers.Layer.__module__, pytrace=False)
 
 import tutti.keras as hvd  # noqa: E402
+import tutti.tensorflow as hvd_tf  # noqa: E402
 import tutti.tensorflow.keras as hvd_tf_keras  # noqa: E402
 
 
@@ -232,8 +234,85 @@ def test_partial_distributed_optimizer_keeps_local_gradients_local():
         else:
             mean = _gathered(grad.numpy()).mean(axis=0).reshape(grad.shape)
             np.testing.assert_allclose(got, mean, rtol=1e-5, atol=1e-7)
-    with pytest.raises(ValueError, match="local layers must be"):
+    with pytest.raises(ValueError, match="PartialDistributedOptimizer: local_layers must be a "
+                       "Keras layer or a list of Keras layers .*; got item 0 of type object"):
         hvd.PartialDistributedOptimizer(keras.optimizers.SGD(), local_layers=[object()])
+    opt = hvd.PartialDistributedOptimizer(keras.optimizers.SGD(), local_layers=model.layers[1])
+    assert opt._local_vars == {v.ref() for v in model.layers[1].trainable_weights}
+
+
+def _bn_batch(rank):
+    """Rank r holds r + 2 rows (a different batch size on every rank) of 3 steps of 4
+    channels."""
+    rng = np.random.default_rng(20 + rank)
+    return rng.normal(loc=rank, scale=1.0 + rank, size=(rank + 2, 3, 4)).astype(np.float32)
+
+
+@pytest.mark.parametrize("in_function", [False, True], ids=["eager", "tf_function"])
+def test_sync_batch_norm_is_keras2_and_matches_the_global_batch(in_function):
+    """tutti.tensorflow.SyncBatchNormalization on Keras 2 is a tf-keras layer; its output, the
+    gradient of its input and its moving statistics are those of tf-keras'
+    BatchNormalization over every rank's batch put together."""
+    import tf_keras
+    assert issubclass(hvd_tf.SyncBatchNormalization, tf_keras.layers.BatchNormalization)
+    xs = [_bn_batch(r) for r in range(hvd.size())]
+    w = tf.constant(np.linspace(-1, 1, 12).reshape(3, 4), tf.float32)
+
+    def run(layer, x):
+        layer.build(x.shape)  # the variables, outside the tf.function
+
+        def step(x):
+            with tf.GradientTape() as tape:
+                tape.watch(x)
+                out = layer(x, training=True)
+                loss = tf.reduce_sum(out * w)
+            return out, tape.gradient(loss, x)
+
+        return (tf.function(step) if in_function else step)(x)
+
+    full = tf.constant(np.concatenate(xs))
+    bn = keras.layers.BatchNormalization(momentum=0.5)
+    out_ref, dx_ref = run(bn, full)
+    start = sum(x.shape[0] for x in xs[:hvd.rank()])
+    stop = start + xs[hvd.rank()].shape[0]
+
+    x = tf.constant(xs[hvd.rank()])
+    sync_bn = hvd_tf.SyncBatchNormalization(momentum=0.5)
+    out, dx = run(sync_bn, x)
+    np.testing.assert_allclose(out.numpy(), out_ref.numpy()[start:stop], rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(dx.numpy(), dx_ref.numpy()[start:stop], rtol=1e-3, atol=1e-4)
+    np.testing.assert_allclose(sync_bn.moving_mean.numpy(), bn.moving_mean.numpy(),
+                               rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(sync_bn.moving_variance.numpy(), bn.moving_variance.numpy(),
+                               rtol=1e-4, atol=1e-5)
+    # Inference uses the moving statistics, like tf-keras' own layer with the same weights.
+    plain = keras.layers.BatchNormalization()
+    plain.build(x.shape)
+    plain.set_weights(sync_bn.get_weights())
+    np.testing.assert_allclose(sync_bn(x, training=False).numpy(),
+                               plain(x, training=False).numpy(), rtol=1e-6, atol=1e-6)
+
+
+def test_sync_batch_norm_keras2_trains_a_model_to_identical_weights():
+    tf.keras.utils.set_random_seed(7)  # the same start everywhere
+    model = keras.Sequential([keras.layers.Dense(8, input_shape=(6,)),
+                              hvd_tf.SyncBatchNormalization(), keras.layers.Dense(1)])
+    model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.05)), loss="mse")
+    x = np.random.default_rng(hvd.rank()).normal(size=(8, 6)).astype(np.float32)
+    model.fit(x, x.sum(1, keepdims=True), batch_size=4, epochs=2, verbose=0, shuffle=False)
+    _same_on_every_rank(model.get_weights())
+
+
+def test_sync_batch_norm_keras2_refuses_fused_and_synchronized():
+    with pytest.raises(ValueError, match="fused=True"):
+        hvd_tf.SyncBatchNormalization(fused=True)
+    with pytest.raises(ValueError, match="fused=None"):
+        hvd_tf.SyncBatchNormalization(fused=None)
+    with pytest.raises(ValueError, match="synchronized=True"):
+        hvd_tf.SyncBatchNormalization(synchronized=True)
+    layer = hvd_tf.SyncBatchNormalization(axis=1)
+    assert layer.name.startswith("sync_batch_normalization") and layer.fused is False
+    assert type(layer).from_config(layer.get_config()).axis == layer.axis
 
 
 def test_value_helpers():

@@ -292,5 +292,8 @@ def test_partial_distributed_gradient_tape_keeps_local_layers_local():
     assert [v is shared.kernel for v, _ in reduced] == [True]
     np.testing.assert_allclose(mine[0][1].numpy(), (hvd.rank() + 1) / hvd.size())
     np.testing.assert_allclose(reduced[0][1].numpy(), g_shared.numpy())
-    with pytest.raises(ValueError, match="local_layers takes Keras layers"):
-        hvd.PartialDistributedGradientTape(tf.GradientTape(), local_layers=[shared.kernel])
+    with pytest.raises(ValueError, match="PartialDistributedGradientTape: local_layers must "
+                       "be a Keras layer or a list of Keras layers .*; got item 1 of type"):
+        hvd.PartialDistributedGradientTape(tf.GradientTape(), local_layers=[local, shared.kernel])
+    with pytest.raises(ValueError, match="; got an object of type int$"):
+        hvd.PartialDistributedGradientTape(tf.GradientTape(), local_layers=3)

@@ -233,21 +233,14 @@ def PartialDistributedOptimizer(optimizer, name=None, device_dense="", device_sp
     """DistributedOptimizer whose gradients of the trainable weights of `local_layers` (a
     Keras layer or a list of them) stay local: not reduced, divided by the set's size when
     scale_local_gradients (as Horovod). Without local_layers it is DistributedOptimizer."""
-    if local_layers is None:
-        local_layers = []
-    elif isinstance(local_layers, keras.layers.Layer):
-        local_layers = [local_layers]
-    elif not all(isinstance(layer, keras.layers.Layer) for layer in local_layers):
-        raise ValueError("All local layers must be of tf.keras.layers.Layer type.")
     opt = DistributedOptimizer(optimizer, name=name, device_dense=device_dense,
                                device_sparse=device_sparse, compression=compression,
                                sparse_as_dense=sparse_as_dense,
                                gradient_predivide_factor=gradient_predivide_factor, op=op,
                                groups=groups, process_set=process_set,
                                scale_local_gradients=scale_local_gradients)
-    for layer in local_layers:
-        for var in layer.trainable_weights:
-            opt.register_local_var(var)
+    _tf._register_local_layers("tutti.keras.PartialDistributedOptimizer", local_layers,
+                               opt.register_local_var)
     return opt
 
 

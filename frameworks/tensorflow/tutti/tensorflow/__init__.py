@@ -10,6 +10,7 @@ eagerly, inside tf.function and in graphs. See docs/tensorflow.md.
 """
 
 import os as _os
+import sys as _sys
 
 # TensorFlow's start-up chatter (oneDNN notices) is not ours to print: quiet unless asked.
 _os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -33,12 +34,26 @@ from tutti.tensorflow.functions import (  # noqa: E402,F401
     allgather_object, broadcast_, broadcast_global_variables, broadcast_object,
     broadcast_object_fn, broadcast_variables)
 from tutti.tensorflow.util import _executing_eagerly  # noqa: E402,F401
-from tutti.tensorflow.sync_batch_norm import SyncBatchNormalization  # noqa: E402,F401
 from tutti.tensorflow import util  # noqa: E402,F401
 from tutti.tensorflow import elastic  # noqa: E402,F401  (docs/elastic.md)
 from tutti.tensorflow.elastic import HostsUpdatedInterrupt  # noqa: E402,F401
 
 from tutti.tensorflow import basics as _basics  # noqa: E402
+
+
+def __getattr__(name):
+    """SyncBatchNormalization (sync_batch_norm.py) is imported on first use: its base is
+    tf.keras' BatchNormalization, Keras 3's or tf-keras' (TF_USE_LEGACY_KERAS=1), and
+    tutti.tensorflow imports where tf.keras cannot (that variable set without tf-keras)."""
+    if name == "SyncBatchNormalization":
+        from tutti.tensorflow.sync_batch_norm import SyncBatchNormalization
+        globals()[name] = SyncBatchNormalization
+        return SyncBatchNormalization
+    raise AttributeError("module %r has no attribute %r" % (__name__, name))
+
+
+def __dir__():
+    return sorted(set(globals()) | {"SyncBatchNormalization"})
 
 
 def _process_set_size(process_set):
@@ -195,6 +210,48 @@ def _reduce_except_local(allreduce_grads, grads, variables, local_keys, scale_lo
     return out
 
 
+def _keras_layer_types():
+    """The Layer classes of the Kerases this process has imported: `keras` (Keras 3) and
+    tf-keras (tf.keras under TF_USE_LEGACY_KERAS=1). A layer's Keras is imported before the
+    layer exists, so a layer is an instance of one of these."""
+    found = []
+    for module in ("keras", "tf_keras"):
+        layers = getattr(_sys.modules.get(module), "layers", None)
+        if layers is not None:
+            found.append(layers.Layer)
+    return tuple(found)
+
+
+def _register_local_layers(who, local_layers, register):
+    """register(var) for every trainable weight of `local_layers`: None, a Keras layer (of
+    either Keras, _keras_layer_types) or a list (any iterable) of them. Shared by
+    PartialDistributedGradientTape (register: register_local_source) and Keras 2's
+    PartialDistributedOptimizer (register_local_var); anything else is a ValueError that
+    names `who`, what it expected and what it got, before anything is registered."""
+    def describe(obj):
+        name = getattr(obj, "name", None)
+        return "of type %s%s" % (type(obj).__name__, " named %r" % name
+                                 if isinstance(name, str) else "")
+
+    layer_types = _keras_layer_types()
+    expected = ("%s: local_layers must be a Keras layer or a list of Keras layers "
+                "(keras.layers.Layer, or tf.keras.layers.Layer of tf-keras); got " % who)
+    if local_layers is None:
+        layers = []
+    elif isinstance(local_layers, layer_types):
+        layers = [local_layers]
+    elif isinstance(local_layers, (str, bytes)) or not hasattr(local_layers, "__iter__"):
+        raise ValueError(expected + "an object " + describe(local_layers))
+    else:
+        layers = list(local_layers)
+    for i, layer in enumerate(layers):
+        if not isinstance(layer, layer_types):
+            raise ValueError(expected + "item %d %s" % (i, describe(layer)))
+    for layer in layers:
+        for var in layer.trainable_weights:
+            register(var)
+
+
 class _DistributedGradientTape(tf.GradientTape):
     """A tf.GradientTape whose gradient() averages the gradients over the process set."""
 
@@ -264,20 +321,11 @@ def PartialDistributedGradientTape(gradtape, device_dense="", device_sparse="",
     """DistributedGradientTape whose gradients of the trainable weights of `local_layers`
     (a Keras layer or a list of them) stay local: not reduced, divided by the set's size
     when scale_local_gradients (horovod.tensorflow.PartialDistributedGradientTape)."""
-    if local_layers is None:
-        local_layers = []
-    elif not isinstance(local_layers, (list, tuple)):
-        local_layers = [local_layers]
-    for layer in local_layers:
-        if not hasattr(layer, "trainable_weights"):
-            raise ValueError("PartialDistributedGradientTape: local_layers takes Keras layers; "
-                             "got %r" % (layer,))
     tape = DistributedGradientTape(gradtape, device_dense, device_sparse, compression,
                                    sparse_as_dense, op, gradient_predivide_factor, num_groups,
                                    groups, process_set, scale_local_gradients)
-    for layer in local_layers:
-        for var in layer.trainable_weights:
-            tape.register_local_source(var)
+    _register_local_layers("tutti.tensorflow.PartialDistributedGradientTape", local_layers,
+                           tape.register_local_source)
     return tape
 
 
