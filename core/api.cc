@@ -113,6 +113,7 @@ void fillEntry(TensorEntry& e, const std::string& name, OpType op, const TensorV
   q.splits = options.splits;
   q.group.clear();
   q.group_size = 0;
+  q.ordered = options.ordered;
   e.input = input.data;
   e.output = output;
   e.allocator = options.allocator;

@@ -36,8 +36,12 @@ int rawEnum(const E& value) {
   return raw;
 }
 
-// Whether options carry the fields added in 0.2 (allocator, release, device).
-bool hasV02(const tutti_op_options_t* o) { return o->struct_size == sizeof(tutti_op_options_t); }
+// Whether options carry the fields added in 0.2 (allocator, release, device), and in 0.3
+// (ordered).
+bool hasV03(const tutti_op_options_t* o) { return o->struct_size == sizeof(tutti_op_options_t); }
+bool hasV02(const tutti_op_options_t* o) {
+  return hasV03(o) || o->struct_size == TUTTI_OP_OPTIONS_SIZE_0_2;
+}
 
 std::string nameOf(const char* name) { return name ? std::string(name) : std::string(); }
 
@@ -69,12 +73,12 @@ bool toView(const char* op, const char* name, const tutti_tensor_t* t, tutti::Te
 }
 
 // Options may be NULL (defaults); else false (with last error) unless struct_size is this
-// header's sizeof (or 0.1's, without the fields added since), the reduce op and device exist,
+// header's sizeof (or 0.1's or 0.2's, without the fields added since), the reduce op and device exist,
 // and splits/nsplits describe at most one count per rank of the process set (checked before
 // the splits are read; the exact count is checked at submit).
 bool checkOptions(const char* op, const char* name, const tutti_op_options_t* o) {
   if (o == nullptr) return true;
-  if (o->struct_size != sizeof(tutti_op_options_t) && o->struct_size != TUTTI_OP_OPTIONS_SIZE_0_1) {
+  if (!hasV02(o) && o->struct_size != TUTTI_OP_OPTIONS_SIZE_0_1) {
     invalid(what(op, name) + ": options struct_size is " + std::to_string(o->struct_size) +
             ", expected sizeof(tutti_op_options_t) = " + std::to_string(sizeof(tutti_op_options_t)) +
             " (call tutti_op_options_init)");
@@ -117,8 +121,7 @@ bool badTimeout(const char* call, double seconds) {
 // Adopted first thing by every call that takes options, so that release runs exactly once.
 using UserData = std::shared_ptr<void>;
 UserData adopt(const tutti_op_options_t* o) {
-  if (o == nullptr || o->struct_size != sizeof(tutti_op_options_t) || o->release == nullptr)
-    return nullptr;
+  if (o == nullptr || !hasV02(o) || o->release == nullptr) return nullptr;
   return UserData(o->user_data, o->release);
 }
 
@@ -140,6 +143,7 @@ tutti::OpOptions toOptions(const tutti_op_options_t* o, const UserData& user) {
       cb(h, static_cast<tutti_status_t>(s.code()), s.ok() ? nullptr : s.message().c_str(), data);
     };
   }
+  options.ordered = hasV03(o) && o->ordered != 0;
   if (hasV02(o) && o->allocator) {
     auto alloc = o->allocator;
     options.allocator = [alloc, data, user](const std::vector<int64_t>& shape) {

@@ -25,6 +25,9 @@ struct Request {
   std::vector<int64_t> splits;  // alltoall send splits; process-set ranks for kAddProcessSet
   std::string group;            // grouped allreduce: the group's key ("" = none)
   int32_t group_size = 0;
+  // OpOptions::ordered: agreed by position among the set's ordered ops (Negotiator). Local:
+  // not on the wire (a request that is negotiated in full is matched by name).
+  bool ordered = false;
 
   bool operator==(const Request& other) const;
 };

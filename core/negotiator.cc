@@ -25,9 +25,10 @@ auto Negotiator::fromPeer(int rank, const char* who, Parse parse) const -> declt
 
 RoundBits::RoundBits(size_t nsets, int64_t cache_capacity)
     : capacity_(cache_capacity),
+      nsets_(nsets),
       head_words_((1 + 2 * nsets + 63) / 64),
       section_words_(static_cast<size_t>((cache_capacity + 63) / 64)),
-      words_(head_words_ + 2 * nsets * section_words_, ~uint64_t(0)) {}
+      words_(head_words_ + nsets * kOrderedWords + 2 * nsets * section_words_, ~uint64_t(0)) {}
 
 void RoundBits::beyondCapacity(size_t set, int slot) const {
   throwError(StatusCode::kInternal,
@@ -96,6 +97,131 @@ void Negotiator::forget() {
   demoted_.clear();
   misses_.clear();
   demoted_slots_.clear();
+  ordered_.clear();
+}
+
+bool Negotiator::orderable(const Request& q) const {
+  if (!q.ordered || !q.group.empty()) return false;
+  switch (q.op) {
+    case OpType::kAllreduce:
+    case OpType::kBroadcast:
+    case OpType::kReducescatter:
+      return true;
+    case OpType::kAllgather: {  // equal rows everywhere: the output must fit
+      if (q.shape.empty()) return false;
+      std::vector<int64_t> out = q.shape;
+      int64_t bytes = 0;
+      return checkedMul(out[0], static_cast<int64_t>(size_), &out[0]) &&
+             tensorBytes(out, q.dtype, &bytes);
+    }
+    default:
+      return false;
+  }
+}
+
+namespace {
+
+// FNV-1a over `n` bytes at `p`, continuing from `h`.
+uint64_t fnv(uint64_t h, const void* p, size_t n) {
+  const auto* b = static_cast<const unsigned char*>(p);
+  for (size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 0x100000001b3ull;
+  return h;
+}
+
+template <typename T>
+uint64_t fnvValue(uint64_t h, const T& v) {
+  return fnv(h, &v, sizeof v);
+}
+
+}  // namespace
+
+uint64_t Negotiator::orderedHash(const Request& q) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  h = fnvValue(h, static_cast<uint64_t>(q.name.size()));
+  h = fnv(h, q.name.data(), q.name.size());
+  h = fnvValue(h, static_cast<int32_t>(q.op));
+  h = fnvValue(h, static_cast<int32_t>(q.dtype));
+  h = fnvValue(h, static_cast<int32_t>(q.reduce_op));
+  h = fnvValue(h, static_cast<int32_t>(q.device));
+  h = fnvValue(h, q.root);
+  h = fnvValue(h, q.prescale);  // as bits: any value (NaN, -0.0) matches only itself
+  h = fnvValue(h, q.postscale);
+  h = fnvValue(h, static_cast<uint64_t>(q.shape.size()));
+  for (int64_t d : q.shape) h = fnvValue(h, d);
+  // A final mix, so that every input bit moves every output bit.
+  h ^= h >> 33;
+  h *= 0xff51afd7ed558ccdull;
+  h ^= h >> 33;
+  return h;
+}
+
+void Negotiator::contributeOrdered(RoundBits& bits, size_t index, Clock::time_point now) {
+  uint64_t* w = bits.ordered(index);
+  const size_t held = std::min(ordered_.size(), static_cast<size_t>(RoundBits::kOrderedWindow));
+  for (size_t k = held; k < static_cast<size_t>(RoundBits::kOrderedWindow); ++k)
+    w[0] &= ~(uint64_t(1) << k);
+  if (!ordered_.empty() && now - ordered_since_ > kHitPatience)
+    w[0] &= ~(uint64_t(1) << RoundBits::kOrderedWindow);  // send the next one to the coordinator
+  for (size_t k = 0; k < held; ++k) {
+    const uint64_t h = orderedHash(*ordered_[k]);
+    w[1 + 2 * k] = h;
+    w[2 + 2 * k] = ~h;
+  }
+}
+
+void Negotiator::agreeOrdered(const RoundBits& bits, size_t index, bool someone_joined,
+                              std::vector<Response>* agreed) {
+  if (ordered_off_) return;
+  if (someone_joined) {  // the coordinator must see every request while a rank is joined
+    ordered_off_ = true;
+    misses_.insert(misses_.end(), ordered_.begin(), ordered_.end());
+    ordered_.clear();
+    return;
+  }
+  const uint64_t* w = bits.ordered(index);
+  int held = 0;  // positions every member holds
+  while (held < RoundBits::kOrderedWindow && ((w[0] >> held) & 1u)) ++held;
+  int same = 0;  // of those, positions with the same signature everywhere
+  while (same < held && (w[1 + 2 * same] | w[2 + 2 * same]) == ~uint64_t(0)) ++same;
+  // Every member holds positions [0, held): none past them on this rank was counted by the
+  // others, and this rank holds at least `held` (it set those bits itself).
+  for (int k = 0; k < same; ++k) {
+    agreed->push_back(orderedResponse(*ordered_.front()));
+    ordered_.pop_front();
+  }
+  int64_t decided = same;
+  const bool differ = same < held;
+  const bool impatient = same == 0 && !((w[0] >> RoundBits::kOrderedWindow) & 1u);
+  if (differ || impatient) {
+    // The next position goes to full negotiation on every member: by name, it meets the
+    // other members' requests at the coordinator (which holds a mismatch as an error, or
+    // waits for a late rank under its stall checks). A member that has not submitted it yet
+    // sends it in full when it comes (its position is below the head by then).
+    if (!ordered_.empty()) {
+      demoted_.push_back(ordered_.front());
+      ordered_.pop_front();
+    }
+    ++decided;
+  }
+  ordered_head_ += decided;
+  if (decided > 0) ordered_since_ = Clock::now();
+}
+
+Response Negotiator::orderedResponse(const Request& q) const {
+  Response r;
+  r.names = {q.name};
+  r.op = q.op;
+  r.dtype = q.dtype;
+  r.reduce_op = q.reduce_op;
+  r.device = q.device;
+  r.root = q.root;
+  r.prescale = q.prescale;
+  r.postscale = q.postscale;
+  if (q.op == OpType::kAllgather)
+    r.first_dims.assign(static_cast<size_t>(size_), q.shape[0]);  // every member's rows
+  else
+    r.counts = {shapeElements(q.shape)};
+  return r;
 }
 
 void Negotiator::contribute(const Requests& fresh, std::string stall, RoundBits& bits,
@@ -109,6 +235,15 @@ void Negotiator::contribute(const Requests& fresh, std::string stall, RoundBits&
   hits_.reserve(hits_.size() + fresh.size());
   for (const Request* q : fresh) {
     if (q->op == OpType::kJoin) joined_ = true;
+    if (!ordered_off_ && orderable(*q) && ordered_seen_++ >= ordered_head_) {
+      if (ordered_.empty()) ordered_since_ = now;
+      ordered_.push_back(q);
+      if (tl) {
+        tl->dequeued(id_, q->op, q->name);
+        tl->begin(id_, q->op, q->name, negotiatePhaseName(q->op), "\"ordered\":true");
+      }
+      continue;
+    }
     int stale = -1;
     const int slot = cache_on_ ? cache_.lookup(*q, &stale) : -1;
     (slot >= 0 ? *hits : *misses) += 1;
@@ -134,6 +269,7 @@ void Negotiator::contribute(const Requests& fresh, std::string stall, RoundBits&
   if (joined_) bits.clear(bits.noJoin(index));
   bits.clearHits(index);
   for (const auto& hit : hits_) bits.set(bits.hit(index, hit.slot));
+  contributeOrdered(bits, index, now);
 }
 
 Agreement Negotiator::agree(const RoundBits& bits, size_t index, ControlPlane& control,
@@ -170,8 +306,11 @@ Agreement Negotiator::agree(const RoundBits& bits, size_t index, ControlPlane& c
     });
   }
   out.cached = ready.size();
+  std::vector<Response> ordered;
+  agreeOrdered(bits, index, someone_joined, &ordered);
+  out.ordered = ordered.size();
   const bool negotiates = !bits.test(bits.noNew(index)) || someone_joined;
-  if (!negotiates && ready.empty()) return out;
+  if (!negotiates && ready.empty() && ordered.empty()) return out;
   out.active = true;
   std::vector<Response> negotiated;
   if (negotiates) {
@@ -204,12 +343,13 @@ Agreement Negotiator::agree(const RoundBits& bits, size_t index, ControlPlane& c
       throwError(StatusCode::kInternal,
                  fromRoot(r) + ": agreed other send splits for this rank than its own");
   }
-  // 4. The round's batches, in agreed order (cached ops first, then negotiated ones),
-  //    read straight from the cache's slots: a cached response is copied once, into its
-  //    batch, not first into a list of its own.
+  // 4. The round's batches, in agreed order (cached ops first, then ordered ones, then
+  //    negotiated ones), read straight from the cache's slots: a cached response is copied
+  //    once, into its batch, not first into a list of its own.
   std::vector<const Response*> agreed;
-  agreed.reserve(ready.size() + negotiated.size());
+  agreed.reserve(ready.size() + ordered.size() + negotiated.size());
   for (int slot : ready) agreed.push_back(&cache_.response(slot));
+  for (const Response& r : ordered) agreed.push_back(&r);
   for (const Response& r : negotiated) agreed.push_back(&r);
   out.responses = planFusion(agreed, fusion_threshold);
   // 5. The cache learns this round's agreements, in agreed order, after the batches are

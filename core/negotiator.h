@@ -4,15 +4,28 @@
 // full negotiation, and whether this rank's join is in flight.
 //
 // Every round, on every member, for every set in id order:
-//   1. contribute(): this rank's new requests become cache hits or misses, and the set's bits
-//      in the round's vector say "no new requests", "nobody joined", which cached ops this
-//      rank holds and which slots are still valid (a rank clears a slot's valid bit when it
-//      sees the slot's name with another signature).
+//   1. contribute(): this rank's new requests become ordered ops, cache hits or misses, and
+//      the set's bits in the round's vector say "no new requests", "nobody joined", how many
+//      of the next ordered ops this rank holds and their signatures, which cached ops it
+//      holds and which slots are still valid (a rank clears a slot's valid bit when it sees
+//      the slot's name with another signature).
 //   2. The Runtime ANDs the whole vector over the global control plane (one call for all).
-//   3. agree(): from everyone's bits, the cached ops every member holds (slot order), then,
-//      when some member has new requests or has joined, the responses the coordinator
-//      decided, gathered and broadcast over the set's control plane. The cache learns them in
-//      that order, so it stays identical on every member.
+//   3. agree(): from everyone's bits, the cached ops every member holds (slot order), the
+//      ordered ops every member holds with the same signature (in order), then, when some
+//      member has new requests or has joined, the responses the coordinator decided,
+//      gathered and broadcast over the set's control plane. The cache learns them in that
+//      order, so it stays identical on every member.
+// Ordered ops (Request::ordered: the caller issues them in the same order on every rank, as
+// torch.distributed does) are agreed by position: the n-th ordered op of the set on one rank
+// is the n-th on every other. Each rank sends, for each of the next kOrderedWindow it holds,
+// a 64-bit hash of its signature (name included) and the hash's complement: after the AND,
+// a position whose two words OR to all ones has the same hash on every member. Those run
+// with responses built from this rank's own request; the first position whose hashes differ
+// is negotiated in full on every member (where the difference is a mismatch error, or an
+// allgather with uneven rows), and so is the next one when a member has waited for it
+// longer than a second (the coordinator's stall checks then see it). Every decision comes
+// from the AND, so the members' positions never drift apart. Once a member has joined, the
+// set's ordered ops are negotiated in full for good.
 // The bits alone decide whether a set gathers, so every member takes the same path.
 // Background thread only.
 #pragma once
@@ -24,16 +37,20 @@
 #include "core/timeline.h"
 
 #include <cstdint>
+#include <deque>
 #include <string>
 #include <vector>
 
 namespace tutti {
 
 // The round's AND-allreduce vector: bit 0 "not shutting down", then per set "no new
-// requests" and "nobody joined", then per set two word-aligned sections with one bit per
-// cache slot: "I hold this cached op" and "this slot is still valid". Starts all ones.
+// requests" and "nobody joined"; per set an ordered section (a word of "I hold ordered op
+// k" bits for the next kOrderedWindow positions, then a "keep waiting" bit, then each
+// position's hash and its complement); then per set two word-aligned sections with one bit
+// per cache slot: "I hold this cached op" and "this slot is still valid". Starts all ones.
 class RoundBits {
  public:
+  static constexpr int kOrderedWindow = 8;
   RoundBits(size_t nsets, int64_t cache_capacity);
   std::vector<uint64_t>& words() { return words_; }
   bool test(size_t i) const { return (words_[i / 64] >> (i % 64)) & 1u; }
@@ -49,6 +66,11 @@ class RoundBits {
   size_t hit(size_t set, int slot) const { return hits(set) + static_cast<size_t>(slot); }
   size_t valid(size_t set, int slot) const { return valids(set) + static_cast<size_t>(slot); }
   void clearHits(size_t set);  // the whole "I hold" section
+  // The set's ordered section: word 0 holds bit k "I hold the k-th next ordered op" (k <
+  // kOrderedWindow) and bit kOrderedWindow "nobody wants the next one negotiated in full";
+  // words 1 + 2k and 2 + 2k the k-th op's signature hash and its complement.
+  uint64_t* ordered(size_t set) { return &words_[orderedAt(set)]; }
+  const uint64_t* ordered(size_t set) const { return &words_[orderedAt(set)]; }
   // Calls fn(slot) for each slot of `set`, in slot order, that every member holds (hit)
   // and that is still valid; stale(slot) for each slot some member found stale. Word by
   // word: a round costs the same whatever the cache's capacity. The bits come from every
@@ -58,10 +80,13 @@ class RoundBits {
 
  private:
   [[noreturn]] void beyondCapacity(size_t set, int slot) const;
-  size_t hits(size_t set) const { return (head_words_ + 2 * set * section_words_) * 64; }
-  size_t valids(size_t set) const { return (head_words_ + (2 * set + 1) * section_words_) * 64; }
+  static constexpr size_t kOrderedWords = 1 + 2 * kOrderedWindow;
+  size_t orderedAt(size_t set) const { return head_words_ + set * kOrderedWords; }
+  size_t cacheAt() const { return head_words_ + nsets_ * kOrderedWords; }
+  size_t hits(size_t set) const { return (cacheAt() + 2 * set * section_words_) * 64; }
+  size_t valids(size_t set) const { return (cacheAt() + (2 * set + 1) * section_words_) * 64; }
   int64_t capacity_;
-  size_t head_words_, section_words_;
+  size_t nsets_, head_words_, section_words_;
   std::vector<uint64_t> words_;
 };
 
@@ -87,6 +112,7 @@ struct Agreement {
   // planFusion with agree()'s fusion threshold (0: one response per op, unfused).
   std::vector<Response> responses;
   size_t cached = 0;                // ops agreed from the cache this round
+  size_t ordered = 0;               // ordered ops agreed by position this round
   size_t negotiated = 0;            // ops negotiated in full this round
   Clock::duration negotiation{};    // time spent gathering and broadcasting
 };
@@ -119,6 +145,12 @@ class Negotiator {
   void forget();
   // Requests demoted to full negotiation wait: the next round should come at once.
   bool hasDemoted() const { return !demoted_.empty(); }
+  // Whether `q` may be agreed by position (Request::ordered and an op whose response
+  // follows from one rank's request once every member's signature is the same).
+  bool orderable(const Request& q) const;
+  // The signature hash ordered ops are agreed by (everything the response depends on, and
+  // the name).
+  static uint64_t orderedHash(const Request& q);
   // Rank 0: the table of requests still waiting for some members (stall checks).
   const Coordinator& coordinator() const { return coordinator_; }
 
@@ -145,6 +177,11 @@ class Negotiator {
   void dropHitsWithGroups(Requests& out, Drop drop);
   void negotiate(ControlPlane& control, Deadline deadline, Timeline* tl,
                  std::vector<Response>* responses);
+  // contribute()'s and agree()'s parts for ordered ops.
+  void contributeOrdered(RoundBits& bits, size_t index, Clock::time_point now);
+  void agreeOrdered(const RoundBits& bits, size_t index, bool someone_joined,
+                    std::vector<Response>* agreed);
+  Response orderedResponse(const Request& q) const;
   void markMissing(const std::vector<Request>& arrived, Clock::time_point now, Timeline* tl);
   // parse(), its Error prefixed with the set and the rank (in the set) the bytes came from.
   template <typename Parse>
@@ -165,6 +202,15 @@ class Negotiator {
   std::string stall_;              // this round's, from contribute() to agree()
   std::vector<std::string> demoted_groups_;  // demoteHits()' scratch
   std::vector<int> demoted_slots_;           // demoteHits()' slots, read by agree()
+  // Ordered ops: this rank's, in order, from position ordered_head_ on (those not decided
+  // yet); how many this rank has seen (its next one's position); how many the members have
+  // decided (agreed, or sent to full negotiation: the same on every member); since when the
+  // first of them waits; off for good once a member joined.
+  std::deque<const Request*> ordered_;
+  int64_t ordered_seen_ = 0;
+  int64_t ordered_head_ = 0;
+  Clock::time_point ordered_since_{};
+  bool ordered_off_ = false;
 };
 
 }  // namespace tutti

@@ -12,7 +12,7 @@ namespace {
 
 // What a round did, for the timeline's rounds row.
 struct RoundNotes {
-  int64_t cache_hits = 0, negotiated = 0, batches = 0, bytes = 0;
+  int64_t cache_hits = 0, ordered = 0, negotiated = 0, batches = 0, bytes = 0;
 };
 
 int64_t rowElements(const std::vector<int64_t>& shape) {
@@ -79,6 +79,8 @@ bool Runtime::runRound(bool* had_work) {
     if (!agreed.active) continue;
     *had_work = true;
     notes.cache_hits += static_cast<int64_t>(agreed.cached);
+    notes.ordered += static_cast<int64_t>(agreed.ordered);
+    stats_.addOrdered(static_cast<int64_t>(agreed.ordered));
     notes.negotiated += static_cast<int64_t>(agreed.negotiated);
     std::vector<Response> plan = std::move(agreed.responses);  // fused by agree()
     std::vector<int64_t> bytes(plan.size());
@@ -101,6 +103,7 @@ bool Runtime::runRound(bool* had_work) {
   if (tl && *had_work)
     tl->round(round_start, "\"round\":" + std::to_string(rounds_) +
                                ",\"cache_hits\":" + std::to_string(notes.cache_hits) +
+                               ",\"ordered\":" + std::to_string(notes.ordered) +
                                ",\"negotiated\":" + std::to_string(notes.negotiated) +
                                ",\"batches\":" + std::to_string(notes.batches) +
                                ",\"bytes\":" + std::to_string(notes.bytes));

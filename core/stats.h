@@ -27,6 +27,7 @@ class Stats {
   // One fused batch (an allreduce of more than one tensor).
   void addFusedBatch(int64_t tensors, int64_t bytes);
   void addCache(int64_t hits, int64_t misses);
+  void addOrdered(int64_t agreed);  // ordered ops agreed by position (no gather)
   void addRound(bool had_work);
   void addError();
   void addTime(StatTime what, Clock::duration d);
@@ -45,6 +46,7 @@ class Stats {
     kRoundsWithWork,
     kCacheHits,
     kCacheMisses,
+    kOrderedAgreed,
     kFusedBatches,
     kFusedTensors,
     kFusedBytes,

@@ -17,7 +17,7 @@ extern "C" {
 #endif
 
 #define TUTTI_VERSION_MAJOR 0
-#define TUTTI_VERSION_MINOR 2
+#define TUTTI_VERSION_MINOR 3
 #define TUTTI_MAX_DIMS 8
 /* No tensor may exceed 2^56 bytes (more than any process can address); a larger count or
  * shape, or one whose bytes overflow, is TUTTI_ERR_INVALID_ARGUMENT. */
@@ -182,9 +182,19 @@ typedef struct tutti_op_options {
    * op's callback and allocator have run, or the submission failed). */
   void (*release)(void* user_data);
   tutti_device_t device; /* where the tensors' memory is: TUTTI_DEVICE_CPU (default) */
+  /* Since 0.3 (a struct_size of TUTTI_OP_OPTIONS_SIZE_0_2 or _0_1 leaves it 0). */
+  /* 1: the caller issues this process set's ordered ops in the same order on every rank
+   * (as torch.distributed does). Tutti then agrees on them by position, from the round's
+   * bits alone, with no gather of requests; ranks whose n-th ordered ops differ (name, op,
+   * dtype, shape, reduce op, scales, root) fall back to full negotiation, where the
+   * difference fails as a mismatch. Allreduce, broadcast, allgather and reducescatter outside
+   * a group use it; other ops negotiate as usual. 0 (default): matched by name. */
+  int ordered;
 } tutti_op_options_t;
 /* The size of tutti_op_options_t in version 0.1 (up to user_data), still accepted. */
 #define TUTTI_OP_OPTIONS_SIZE_0_1 (offsetof(tutti_op_options_t, allocator))
+/* The size of tutti_op_options_t in version 0.2 (up to device), still accepted. */
+#define TUTTI_OP_OPTIONS_SIZE_0_2 (offsetof(tutti_op_options_t, ordered))
 
 /* Fills defaults: SUM, scales 1.0, root 0, global set, equal splits, no callback. */
 void tutti_op_options_init(tutti_op_options_t* options);

@@ -110,6 +110,9 @@ struct OpOptions {
   std::vector<int64_t> splits;   // alltoall: rows to each rank of the set; empty = equal
   Callback callback;
   OutputAllocator allocator;
+  // The caller issues the set's ordered ops in the same order on every rank: agreed by
+  // position, without a gather of requests (tutti_op_options_t::ordered).
+  bool ordered = false;
 };
 
 struct Result {
@@ -186,6 +189,7 @@ inline tutti_op_options_t toC(const OpOptions& o, DeviceType device) {
   c.splits = o.splits.empty() ? nullptr : o.splits.data();
   c.nsplits = static_cast<int>(o.splits.size());
   c.device = device == DeviceType::kCuda ? TUTTI_DEVICE_CUDA : TUTTI_DEVICE_CPU;
+  c.ordered = o.ordered ? 1 : 0;
   if (o.callback || o.allocator) {
     c.user_data = new Carrier{o.callback, o.allocator};
     c.callback = o.callback ? &Carrier::call : nullptr;

@@ -125,6 +125,36 @@ TEST_CASE("release runs once when the call fails; the 0.1 options size still wor
   CHECK(old.releases.load() == 0);
 }
 
+TEST_CASE("ordered ops are agreed by position; the 0.2 options size leaves them by name",
+          "[c_entries]") {
+  requireInit();
+  int64_t before = 0;
+  REQUIRE(tutti_stat("ordered.agreed", &before) == TUTTI_OK);
+  float x[3] = {1, 2, 3};
+  tutti_tensor_t t{};
+  t.data = x;
+  t.dtype = TUTTI_FLOAT32;
+  t.ndim = 1;
+  t.shape[0] = 3;
+  tutti_op_options_t o;
+  tutti_op_options_init(&o);
+  CHECK(o.ordered == 0);  // by name unless asked
+  o.ordered = 1;
+  tutti_handle_t h = 0;
+  REQUIRE(tutti_allreduce_tensor_async("centries.ordered.0", &t, &t, &o, &h) == TUTTI_OK);
+  REQUIRE(tutti_wait(h, kWaitSeconds) == TUTTI_OK);
+  CHECK(x[2] == 3.0f * size());
+  int64_t after = 0;
+  REQUIRE(tutti_stat("ordered.agreed", &after) == TUTTI_OK);
+  CHECK(after == before + 1);
+  // A caller built against 0.2 passes the old size: the op is matched by name.
+  o.struct_size = TUTTI_OP_OPTIONS_SIZE_0_2;
+  REQUIRE(tutti_allreduce_tensor_async("centries.ordered.1", &t, &t, &o, &h) == TUTTI_OK);
+  REQUIRE(tutti_wait(h, kWaitSeconds) == TUTTI_OK);
+  REQUIRE(tutti_stat("ordered.agreed", &after) == TUTTI_OK);
+  CHECK(after == before + 1);
+}
+
 TEST_CASE("async barrier and join, set ranks, dtype sizes", "[c_entries]") {
   requireInit();
   tutti_handle_t h = 0;

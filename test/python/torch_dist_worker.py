@@ -271,6 +271,10 @@ def train(backend, steps=5, kill_at=None, hook=False, fsdp=False):
                         and k.endswith(".calls"))
             assert calls >= steps, "%d %s calls in %d steps on %s" % (calls, op, steps,
                                                                      backend)
+        # c10d orders them alike on every rank: Tutti agreed on them by position, without
+        # gathering requests.
+        assert ops["ordered.agreed"] >= steps, "%d ops agreed by position in %d steps" % (
+            ops["ordered.agreed"], steps)
     # Every rank holds the same parameters.
     for p in params:
         gathered = [torch.zeros_like(p) for _ in range(n)]

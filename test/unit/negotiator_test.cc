@@ -413,3 +413,182 @@ TEST_CASE("negotiator: a malformed request list is an error naming the member it
     }
   });
 }
+
+namespace {
+
+Request ordered(const std::string& name, std::vector<int64_t> shape = {4},
+                OpType op = OpType::kAllreduce) {
+  Request q = req(name, std::move(shape));
+  q.op = op;
+  q.ordered = true;
+  return q;
+}
+
+// "N ordered, M negotiated:" and the responses, for the ordered path's expectations.
+std::string orderedView(const Agreement& a) {
+  std::string out = std::to_string(a.ordered) + " ordered, " + std::to_string(a.negotiated) +
+                    " negotiated:";
+  for (const auto& r : a.responses) {
+    out += std::string(" ") + opTypeName(r.op) + (r.type == ResponseType::kError ? "!" : "");
+    for (const auto& name : r.names) out += " " + name;
+  }
+  return out;
+}
+
+void expectOrdered(Failures& f, const Member& m, const Agreement& a, const std::string& expected,
+                   const char* step) {
+  if (orderedView(a) != expected)
+    f.add("rank " + std::to_string(m.rank) + ", " + step + ": expected '" + expected +
+          "', got '" + orderedView(a) + "'");
+}
+
+}  // namespace
+
+TEST_CASE("negotiator: ordered ops are agreed by position from the bits alone, in order") {
+  for (int n : {1, 2, 3, 4}) {
+    CAPTURE(n);
+    runMembers(n, [](Member& m, Failures& f) {
+      auto a = m.round({ordered("c.0"), ordered("c.1", {3}, OpType::kBroadcast),
+                        ordered("c.2", {2, 5}, OpType::kAllgather),
+                        ordered("c.3", {6}, OpType::kReducescatter)});
+      expectOrdered(f, m, a,
+                    "4 ordered, 0 negotiated: allreduce c.0 broadcast c.1 allgather c.2 "
+                    "reducescatter c.3",
+                    "four ordered ops");
+      if (a.negotiation != Clock::duration::zero())
+        f.add("rank " + std::to_string(m.rank) + ": a round of ordered ops gathered");
+      // The responses are what the coordinator would have agreed: every member's rows.
+      if (a.responses.size() == 4 &&
+          (a.responses[2].first_dims != std::vector<int64_t>(m.size, 2) ||
+           a.responses[0].counts != std::vector<int64_t>{4} ||
+           a.responses[3].counts != std::vector<int64_t>{6}))
+        f.add("rank " + std::to_string(m.rank) + ": responses differ from the coordinator's");
+      // More than a window's worth: the first kOrderedWindow now, the rest next round.
+      std::vector<Request> many;
+      for (int i = 0; i < RoundBits::kOrderedWindow + 2; ++i)
+        many.push_back(ordered("d." + std::to_string(i)));
+      auto first = m.round(std::move(many));
+      if (first.ordered != static_cast<size_t>(RoundBits::kOrderedWindow))
+        f.add("rank " + std::to_string(m.rank) + ": " + std::to_string(first.ordered) +
+              " of a full window agreed");
+      expectOrdered(f, m, m.round({}), "2 ordered, 0 negotiated: allreduce d.8 allreduce d.9",
+                    "the rest of the window");
+      expectOrdered(f, m, m.round({}), "0 ordered, 0 negotiated:", "idle");
+    });
+  }
+}
+
+TEST_CASE("negotiator: an ordered op waits until every member holds it") {
+  runMembers(3, [](Member& m, Failures& f) {
+    // Rank 0 is two ops ahead, rank 1 one: position 0 runs once rank 2 submits it.
+    auto ahead = m.round(m.rank == 0   ? std::vector<Request>{ordered("c.0"), ordered("c.1")}
+                         : m.rank == 1 ? std::vector<Request>{ordered("c.0")}
+                                       : std::vector<Request>{});
+    expectOrdered(f, m, ahead, "0 ordered, 0 negotiated:", "rank 2 behind");
+    auto caught = m.round(m.rank == 0   ? std::vector<Request>{}
+                          : m.rank == 1 ? std::vector<Request>{ordered("c.1")}
+                                        : std::vector<Request>{ordered("c.0"), ordered("c.1")});
+    expectOrdered(f, m, caught, "2 ordered, 0 negotiated: allreduce c.0 allreduce c.1",
+                  "everyone holds both");
+  });
+}
+
+TEST_CASE("negotiator: ordered ops that differ are negotiated in full, where a mismatch fails "
+          "naming both ranks; the positions stay aligned") {
+  runMembers(2, [](Member& m, Failures& f) {
+    // The same position, another shape on rank 1: nobody runs it by position.
+    auto differ = m.round({ordered("c.0", {m.rank == 0 ? 4 : 5}), ordered("c.1")});
+    expectOrdered(f, m, differ, "0 ordered, 0 negotiated:", "differing signatures");
+    // Position 0 reaches the coordinator from both (an error on both); position 1 runs by
+    // position in the same round.
+    auto next = m.round({});
+    expectOrdered(f, m, next, "1 ordered, 1 negotiated: allreduce c.1 allreduce! c.0",
+                  "the mismatch");
+    for (const auto& r : next.responses)
+      if (r.type == ResponseType::kError &&
+          r.error_message.find("rank 0") == std::string::npos)
+        f.add("rank " + std::to_string(m.rank) + ": the error names no ranks: " +
+              r.error_message);
+    expectOrdered(f, m, m.round({ordered("c.2")}), "1 ordered, 0 negotiated: allreduce c.2",
+                  "aligned after the mismatch");
+  });
+}
+
+TEST_CASE("negotiator: ordered ops in another order on each rank are matched by name in full") {
+  runMembers(2, [](Member& m, Failures& f) {
+    // Position 0 is a on rank 0 and b on rank 1: both go to the coordinator, which matches
+    // them by name; no data is combined across names.
+    const bool swap = m.rank == 1;
+    m.round({ordered(swap ? "b" : "a"), ordered(swap ? "a" : "b")});
+    std::string got;
+    for (int round = 0; round < 4; ++round) {
+      for (const auto& r : m.round({}).responses)
+        for (const auto& name : r.names)
+          got += std::string(" ") + (r.type == ResponseType::kError ? "!" : "") + name;
+    }
+    if (got != " a b" && got != " b a")
+      f.add("rank " + std::to_string(m.rank) + ": agreed '" + got +
+            "', expected a and b once each, neither an error");
+  });
+}
+
+TEST_CASE("negotiator: an ordered op a member waits for over a second goes to the "
+          "coordinator, and the late member's comes there too") {
+  runMembers(2, [](Member& m, Failures& f) {
+    expectOrdered(f, m, m.round(m.rank == 0 ? std::vector<Request>{ordered("c.0")}
+                                            : std::vector<Request>{}),
+                  "0 ordered, 0 negotiated:", "rank 1 late");
+    std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+    expectOrdered(f, m, m.round({}), "0 ordered, 0 negotiated:", "rank 0 impatient");
+    if (m.rank == 0 && !m.negotiator.hasDemoted())
+      f.add("rank 0: the waiting ordered op was not sent to full negotiation");
+    // Rank 0 sends it in full; rank 1's copy, below the head now, goes there too.
+    auto met = m.round(m.rank == 1 ? std::vector<Request>{ordered("c.0")}
+                                   : std::vector<Request>{});
+    expectOrdered(f, m, met, "0 ordered, 1 negotiated: allreduce c.0", "met at the coordinator");
+    expectOrdered(f, m, m.round({ordered("c.1")}), "1 ordered, 0 negotiated: allreduce c.1",
+                  "the next by position");
+  });
+}
+
+TEST_CASE("negotiator: once a member joined, ordered ops are negotiated in full") {
+  runMembers(2, [](Member& m, Failures& f) {
+    expectOrdered(f, m, m.round({ordered("c.0")}), "1 ordered, 0 negotiated: allreduce c.0",
+                  "before the join");
+    // Rank 0 joins while rank 1 submits an ordered allreduce: it reaches the coordinator,
+    // which counts rank 0 as joined for it.
+    auto joined =
+        m.round(m.rank == 0 ? std::vector<Request>{join()} : std::vector<Request>{ordered("c.1")});
+    expectOrdered(f, m, joined, "0 ordered, 1 negotiated: allreduce c.1", "rank 0 joined");
+    auto all = m.round(m.rank == 0 ? std::vector<Request>{} : std::vector<Request>{join()});
+    expectOrdered(f, m, all, "0 ordered, 1 negotiated: join join.noname.0", "everyone joined");
+    expectOrdered(f, m, m.round({ordered("c.2")}), "0 ordered, 1 negotiated: allreduce c.2",
+                  "after a join, in full");
+  });
+}
+
+TEST_CASE("negotiator: only ungrouped allreduce, broadcast, allgather and reducescatter are "
+          "ordered; an allgather whose output cannot fit is not") {
+  Negotiator n(0, 0, 4, kCapacity);
+  CHECK(n.orderable(ordered("a")));
+  CHECK_FALSE(n.orderable(req("a")));
+  CHECK_FALSE(n.orderable(ordered("a", {4}, OpType::kAlltoall)));
+  CHECK_FALSE(n.orderable(ordered("a", {}, OpType::kBarrier)));
+  CHECK_FALSE(n.orderable(ordered("a", {}, OpType::kJoin)));
+  Request grouped = ordered("a");
+  grouped.group = "a";
+  grouped.group_size = 2;
+  CHECK_FALSE(n.orderable(grouped));
+  CHECK(n.orderable(ordered("g", {3, 2}, OpType::kAllgather)));
+  CHECK_FALSE(n.orderable(ordered("g", {}, OpType::kAllgather)));
+  CHECK_FALSE(n.orderable(ordered("g", {int64_t(1) << 60}, OpType::kAllgather)));
+  // The hash covers every field the response depends on, and the name.
+  const uint64_t base = Negotiator::orderedHash(ordered("a"));
+  Request other = ordered("a");
+  other.prescale = 2.0;
+  CHECK(Negotiator::orderedHash(other) != base);
+  CHECK(Negotiator::orderedHash(ordered("b")) != base);
+  CHECK(Negotiator::orderedHash(ordered("a", {2, 2})) != base);
+  CHECK(Negotiator::orderedHash(ordered("a", {4}, OpType::kBroadcast)) != base);
+  CHECK(Negotiator::orderedHash(ordered("a")) == base);
+}

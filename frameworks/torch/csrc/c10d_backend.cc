@@ -12,7 +12,8 @@
 //   the name "c10d.<group>.<n>" (<group>: torch's group name, the same on every rank; n
 //   counting the group's collectives): a rank that calls another collective (or another
 //   dtype or shape) as its n-th is a mismatch that Tutti reports on every rank, naming them,
-//   instead of a hang.
+//   instead of a hang. The ops are "ordered" (tutti_op_options_t::ordered): agreed by their
+//   position from the round's bits, without gathering requests at the set's rank 0.
 // - monitored_barrier goes through the group's store, as gloo's goes point to point: rank 0
 //   waits for every other rank's key and names those that did not arrive in time.
 // - Completions reach torch on a thread of the backend's own (the "completer"): it waits on
@@ -786,11 +787,14 @@ class TuttiBackend : public c10d::Backend {
     return p;
   }
 
-  // Tutti's defaults, on this group's process set.
+  // Tutti's defaults, on this group's process set, ordered: c10d issues a group's
+  // collectives in the same order on each of its ranks, so Tutti agrees on them by position
+  // (no gather of requests; a rank whose n-th collective differs still fails naming both).
   tutti_op_options_t defaultOptions() const {
     tutti_op_options_t o;
     tutti_op_options_init(&o);
     o.process_set = process_set_;
+    o.ordered = 1;
     return o;
   }
 
