@@ -70,13 +70,18 @@ Request join() {
   return q;
 }
 
-std::string describe(const Agreement& a) {
-  std::string out = std::to_string(a.cached) + " cached:";
+// The agreed responses, " allreduce a broadcast! b" (! an error).
+std::string responses(const Agreement& a) {
+  std::string out;
   for (const auto& r : a.responses) {
     out += std::string(" ") + opTypeName(r.op) + (r.type == ResponseType::kError ? "!" : "");
     for (const auto& name : r.names) out += " " + name;
   }
   return out;
+}
+
+std::string describe(const Agreement& a) {
+  return std::to_string(a.cached) + " cached:" + responses(a);
 }
 
 // Runs body(member) on n threads, one member each; every failure is collected.
@@ -98,11 +103,12 @@ void runMembers(int n, const std::function<void(Member&, Failures&)>& body) {
   CHECK(failures.list().empty());
 }
 
+// Fails when view(a) (describe: cache hits and responses) is not `expected`.
 void expect(Failures& f, const Member& m, const Agreement& a, const std::string& expected,
-            const char* step) {
-  if (describe(a) != expected)
+            const char* step, std::string (*view)(const Agreement&) = describe) {
+  if (view(a) != expected)
     f.add("rank " + std::to_string(m.rank) + ", " + step + ": expected '" + expected +
-          "', got '" + describe(a) + "'");
+          "', got '" + view(a) + "'");
 }
 
 }  // namespace
@@ -426,20 +432,13 @@ Request ordered(const std::string& name, std::vector<int64_t> shape = {4},
 
 // "N ordered, M negotiated:" and the responses, for the ordered path's expectations.
 std::string orderedView(const Agreement& a) {
-  std::string out = std::to_string(a.ordered) + " ordered, " + std::to_string(a.negotiated) +
-                    " negotiated:";
-  for (const auto& r : a.responses) {
-    out += std::string(" ") + opTypeName(r.op) + (r.type == ResponseType::kError ? "!" : "");
-    for (const auto& name : r.names) out += " " + name;
-  }
-  return out;
+  return std::to_string(a.ordered) + " ordered, " + std::to_string(a.negotiated) +
+         " negotiated:" + responses(a);
 }
 
 void expectOrdered(Failures& f, const Member& m, const Agreement& a, const std::string& expected,
                    const char* step) {
-  if (orderedView(a) != expected)
-    f.add("rank " + std::to_string(m.rank) + ", " + step + ": expected '" + expected +
-          "', got '" + orderedView(a) + "'");
+  expect(f, m, a, expected, step, orderedView);
 }
 
 }  // namespace
