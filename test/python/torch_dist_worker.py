@@ -455,6 +455,12 @@ def groups():
     expect_monitored_failure(g2, skipping, True,
                              ["Ranks %s failed to pass monitoredBarrier"
                               % ", ".join(str(i) for i in skipping)])
+    # Rank 0 alone, with no time at all: its own time is up, as gloo says it.
+    g3 = dist.new_group(list(range(n)))
+    if r == 0:
+        refused(lambda: g3.monitored_barrier(datetime.timedelta(seconds=0)),
+                "Rank 0 timed out in monitoredBarrier after 0 ms",
+                "No ranks successfully processed in monitoredBarrier")
     dist.barrier()
     dist.destroy_process_group()
     if ARGS.tutti_init:  # Tutti still runs: the groups' process sets are gone

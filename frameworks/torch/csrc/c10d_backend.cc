@@ -43,6 +43,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -688,11 +689,23 @@ class TuttiBackend : public c10d::Backend {
         if (!word.empty()) failure = came + std::string(word.begin(), word.end());
         return;
       }
-      std::vector<int> missing;
+      std::vector<int> missing, passed;
       for (int r = 1; r < size_; ++r) {
+        // As gloo: without wait_all_ranks, rank 0 whose time is up before it asks for the
+        // next rank times out itself, naming the ranks it saw.
+        if (!wait_all_ranks && std::chrono::steady_clock::now() > deadline) {
+          std::string seen;
+          for (int p : passed) seen += (seen.empty() ? "" : ", ") + std::to_string(p);
+          failure = "[Rank 0]: Rank 0 timed out in monitoredBarrier after " + ms +
+                    " ms (process group '" + group_ + "'). " +
+                    (seen.empty() ? "No ranks successfully processed in monitoredBarrier."
+                                  : "Successfully processed ranks: " + seen);
+          break;
+        }
         const std::string arrived = base + "arrived/" + std::to_string(r);
         if (awaitKey(*store_, arrived, deadline)) {
           forget(arrived);
+          passed.push_back(r);
           continue;
         }
         missing.push_back(r);
@@ -1054,8 +1067,10 @@ class TuttiBackend : public c10d::Backend {
       if (status != TUTTI_OK && error.empty()) {
         error = std::string(tutti_status_string(status)) + ": " + tutti_last_error();
         if (status == TUTTI_ERR_IN_PROGRESS) {
-          error = "timed out after " + std::to_string(p.timeout_seconds) +
-                  " s (the process group's timeout): " + tutti_last_error();
+          char seconds[32];
+          std::snprintf(seconds, sizeof seconds, "%g", p.timeout_seconds);
+          error = std::string("timed out: the process group's timeout of ") + seconds +
+                  " s passed before it completed (" + tutti_last_error() + ")";
         }
       }
     }
