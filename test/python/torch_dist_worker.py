@@ -30,6 +30,7 @@ import os
 import re
 import signal
 import sys
+import time
 
 import torch
 import torch.distributed as dist
@@ -232,6 +233,18 @@ def collectives():
     dist.all_reduce(c)
     same(torch.view_as_real(c), torch.view_as_real(
         torch.full((3,), complex(n, n * (n - 1) / 2), dtype=torch.complex64)), "complex SUM")
+    # A rank late by more than a second: its peers' ordered collective goes to the
+    # coordinator by name, the late one's follows it there, and the next ones are agreed by
+    # position again.
+    agreed = tutti.torch.stats()["ordered.agreed"]
+    if r == n - 1:
+        time.sleep(1.5)
+    for k in range(3):
+        t = torch.full((5,), float(r + k))
+        dist.all_reduce(t)
+        same(t, torch.full((5,), float(n * (n - 1) / 2 + n * k)),
+             "all_reduce %d after a late rank" % k)
+    assert tutti.torch.stats()["ordered.agreed"] >= agreed + 2, "no ordered op after the late one"
     dist.destroy_process_group()
     assert not tutti.torch.is_initialized()
 
