@@ -82,12 +82,21 @@ class SetTable {
       if (kv.second->member()) n += static_cast<int64_t>(kv.second->queue.inFlight());
     return n;
   }
-  int nextId() { return next_id_++; }  // the background thread only
+  // The id of the next set: the lowest no set holds, so a removed set's id is given again
+  // (as Horovod does). The same on every rank: sets change only in agreed order.
+  int nextId() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    int id = 1;
+    for (const auto& kv : sets_) {
+      if (kv.first == id) ++id;
+      else if (kv.first > id) break;
+    }
+    return id;
+  }
 
  private:
   mutable std::mutex mu_;
   std::map<int, std::shared_ptr<ProcessSet>> sets_;
-  int next_id_ = 1;
 };
 
 }  // namespace tutti

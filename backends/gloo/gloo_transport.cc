@@ -32,6 +32,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <cstring>
 #include <map>
 
@@ -42,6 +43,16 @@
 
 namespace tutti {
 namespace {
+
+// A short key for a list of members ("0, 2, 3"): 16 hex digits of its FNV-1a hash, so that
+// keys stay short for sets of many ranks.
+std::string membersKey(const std::string& members) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : members) h = (h ^ c) * 0x100000001b3ull;
+  char out[17];
+  std::snprintf(out, sizeof out, "%016llx", static_cast<unsigned long long>(h));
+  return out;
+}
 
 // The local IP address the kernel would use to reach `host` (no packet is sent).
 std::string localAddressToward(const std::string& host, int port) {
@@ -239,9 +250,13 @@ class GlooTransport : public Transport {
     auto me = std::find(ranks.begin(), ranks.end(), rank_);
     const int group_rank = static_cast<int>(me - ranks.begin());
     const int group_size = static_cast<int>(ranks.size());
-    const int epoch = epochs_[{id, plane}]++;
-    const std::string prefix = "tutti/" + tag_ + "/ps" +
-                               std::to_string(id) + "/" + plane + "/" + std::to_string(epoch);
+    // The keys of this connection: a removed set's id is given to the next set, whose
+    // members may be others, so the key names the members too, and counts the connections
+    // of the same set id, plane and members (every member makes each of them alike).
+    const std::string members = joinInts(ranks);
+    const int epoch = epochs_[{id, plane + "/" + members}]++;
+    const std::string prefix = "tutti/" + tag_ + "/ps" + std::to_string(id) + "/" + plane +
+                               "/" + membersKey(members) + "/" + std::to_string(epoch);
     auto context = std::make_shared<gloo::rendezvous::Context>(group_rank, group_size);
     const auto timeout = std::chrono::milliseconds(
         static_cast<int64_t>(std::max(0.001, options_.start_timeout_seconds) * 1000.0));
@@ -275,7 +290,7 @@ class GlooTransport : public Transport {
   std::unique_ptr<gloo::rendezvous::Store> store_;
   std::string endpoint_;    // where store_ is, for messages
   std::shared_ptr<gloo::transport::Device> device_;
-  std::map<std::pair<int, std::string>, int> epochs_;
+  std::map<std::pair<int, std::string>, int> epochs_;  // (set id, plane/members) -> count
   std::vector<PeerProcess> peers_;  // every world rank's process, read at the first timeout
   // The first failure of any group poisons every group of this transport.
   std::shared_ptr<detail::GlooPoison> poison_ = std::make_shared<detail::GlooPoison>();
