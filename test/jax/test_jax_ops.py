@@ -194,6 +194,10 @@ def test_topology(rank, size):
 def test_process_set(mode, rank, size):
     """A set of the even ranks: its members reduce among themselves only."""
     members = list(range(0, size, 2))
+    if size == 1:  # every rank: a second set of them is refused, as in Horovod
+        with pytest.raises(ValueError, match="are those of the global process set 0"):
+            tj.add_process_set(members)
+        return
     ps = tj.add_process_set(members)
     try:
         if rank in members:
@@ -210,7 +214,7 @@ def test_process_set(mode, rank, size):
 
 @pytest.mark.parametrize("mode", MODES)
 def test_process_set_object(mode, rank, size):
-    """Horovod's ProcessSet objects: the odd ranks (the last rank alone at 1 rank)."""
+    """Horovod's ProcessSet objects: the odd ranks (at 1 rank, [0]: every rank, refused)."""
     assert tj.global_process_set.process_set_id == 0
     assert tj.global_process_set.size() == size and tj.global_process_set.rank() == rank
     members = list(range(1, size, 2)) or [0]
@@ -218,6 +222,10 @@ def test_process_set_object(mode, rank, size):
     assert ps.ranks == members and ps.size() is None and ps.included() is None
     with pytest.raises(ValueError, match="not registered"):
         tj.allreduce(jnp.ones(2), process_set=ps)
+    if size == 1:  # every rank: a second set of them is refused, as in Horovod
+        with pytest.raises(ValueError, match="are those of the global process set 0"):
+            tj.add_process_set(ps)
+        return
     assert tj.add_process_set(ps) is ps and ps.process_set_id > 0
     try:
         with pytest.raises(ValueError, match="already registered"):

@@ -6,9 +6,13 @@ import torch
 import tutti.torch as hvd
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def sets():
+    """The even and the odd ranks' sets, for one test: a set's ranks must differ from every
+    registered set's, so the tests that add their own run with none of these."""
     size = hvd.size()
+    if size == 1:
+        pytest.skip("a set other than the global one needs 2 ranks")
     even = hvd.add_process_set(list(range(0, size, 2)))
     odd = hvd.add_process_set(hvd.ProcessSet(list(range(1, size, 2)))) if size > 1 else None
     yield even, odd
@@ -96,6 +100,8 @@ def test_interleaved_sets_and_global(sets, rank, size):
 
 
 def test_add_and_remove_again(rank, size):
+    if size == 1:
+        pytest.skip("a set other than the global one needs 2 ranks")
     ps = hvd.add_process_set([0])
     try:
         if rank == 0:
@@ -107,3 +113,30 @@ def test_add_and_remove_again(rank, size):
         assert hvd.remove_process_set(ps)
     assert not hvd.remove_process_set(ps)
     assert not hvd.remove_process_set(hvd.global_process_set)
+
+
+def test_duplicates_are_refused_and_ids_reused(rank, size):
+    """Horovod's rules: a set's ranks differ from every other set's (the global set's
+    included), and a removed set's id is given to the next set."""
+    with pytest.raises(ValueError, match=r"ranks \[%s\] are those of the global process set 0"
+                       % ", ".join(str(r) for r in range(size))):
+        hvd.add_process_set(list(range(size - 1, -1, -1)))
+    if size == 1:
+        return
+    first = hvd.add_process_set([0])
+    second = hvd.add_process_set([size - 1])
+    try:
+        with pytest.raises(ValueError, match=r"ranks \[0\] are those of process set %d"
+                           % first.process_set_id):
+            hvd.add_process_set(hvd.ProcessSet([0]))
+        old = first.process_set_id
+        assert hvd.remove_process_set(first)
+        again = hvd.add_process_set([0])
+        assert again.process_set_id == old, (again.process_set_id, old)
+        t = hvd.allreduce(torch.ones(2), name="ps.reused", op=hvd.Sum, process_set=again) \
+            if rank == 0 else None
+        if rank == 0:
+            assert torch.equal(t, torch.ones(2))
+        assert hvd.remove_process_set(again)
+    finally:
+        assert hvd.remove_process_set(second)

@@ -12,10 +12,21 @@ import tensorflow as tf
 import tutti.tensorflow as hvd
 
 
+def _pair():
+    """Ranks 0 and 1 as a process set: the global one at 2 ranks (a second set of every
+    rank is refused, as in Horovod), an added one beyond."""
+    return hvd.global_process_set if hvd.size() == 2 else hvd.add_process_set([0, 1])
+
+
+def _done(ps):
+    if ps is not hvd.global_process_set:
+        hvd.remove_process_set(ps)
+
+
 @pytest.mark.skipif("hvd.size() < 2")
 def test_process_set_ops():
     ranks = [0, 1]
-    ps = hvd.add_process_set(ranks)
+    ps = _pair()
     try:
         assert ps.size() == 2
         if hvd.rank() in ranks:
@@ -33,13 +44,13 @@ def test_process_set_ops():
         else:
             assert not ps.included()
     finally:
-        hvd.remove_process_set(ps)
+        _done(ps)
 
 
 @pytest.mark.skipif("hvd.size() < 2")
 def test_gradient_tape_on_a_process_set():
     # Ranks outside the set keep their own gradients; members get the set's average.
-    ps = hvd.add_process_set([0, 1])
+    ps = _pair()
     try:
         x = tf.constant(float(hvd.rank()))
         with tf.GradientTape() as tape:
@@ -49,7 +60,7 @@ def test_gradient_tape_on_a_process_set():
         expected = 2.0 * (0 + 1) / 2 if hvd.rank() in (0, 1) else 2.0 * hvd.rank()
         assert float(grad) == expected
     finally:
-        hvd.remove_process_set(ps)
+        _done(ps)
 
 
 def test_process_set_ids_ranks_and_names():
@@ -58,6 +69,10 @@ def test_process_set_ids_ranks_and_names():
     assert basics._get_process_set_ids_and_ranks() == {0: list(range(n))}
     assert str(hvd.global_process_set) == \
         "ProcessSet(process_set_id=0, ranks=%s, mpi_comm=None)" % list(range(n))
+    if n == 1:  # [0] is every rank: a second set of them is refused, as in Horovod
+        with pytest.raises(ValueError, match=r"ranks \[0\] are those of the global process set"):
+            hvd.add_process_set([0])
+        return
     ps = hvd.add_process_set([0])
     try:
         assert basics._get_process_set_ids_and_ranks() == {0: list(range(n)),

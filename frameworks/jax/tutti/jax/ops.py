@@ -25,6 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from tutti._process_sets import check_new_set
 from tutti.jax import _lib
 from tutti.jax._lib import TuttiError
 
@@ -158,6 +159,7 @@ def add_process_set(ranks):
     if obj is not None and obj.process_set_id is not None:
         raise ValueError("tutti.jax.add_process_set: %s is already registered" % obj)
     rs = obj.ranks if obj is not None else sorted(int(r) for r in ranks)
+    check_new_set("tutti.jax.add_process_set", rs, _set_ranks, size())
     arr = (ctypes_int * len(rs))(*rs)
     out = _lib.ctypes.c_int(0)
     _lib.check(_lib.lib.tutti_add_process_set(arr, len(rs), _lib.ctypes.byref(out)),

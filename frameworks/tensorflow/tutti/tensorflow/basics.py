@@ -8,6 +8,7 @@ import threading
 
 import tensorflow as tf
 
+from tutti._process_sets import check_new_set
 from tutti.tensorflow._extension import load as _load
 
 ops, _capi = _load()
@@ -171,6 +172,10 @@ def add_process_set(process_set):
         process_set = ProcessSet(process_set)
     if process_set.process_set_id is not None:
         raise ValueError("%s is already registered" % process_set)
+    _require_init("add_process_set")
+    with _lock:
+        registered = {i: ps.ranks for i, ps in _registered.items()}
+    check_new_set("tutti.tensorflow.add_process_set", process_set.ranks, registered, size())
     ranks = (ctypes.c_int * len(process_set.ranks))(*process_set.ranks)
     set_id = ctypes.c_int(0)
     _check(_capi.tutti_add_process_set(ranks, len(process_set.ranks), ctypes.byref(set_id)),

@@ -6,6 +6,7 @@ from typing import Any, Sequence, Union
 
 import torch
 
+from tutti._process_sets import check_new_set
 from tutti.torch import _C
 
 TuttiError = _C.TuttiError
@@ -101,6 +102,10 @@ def add_process_set(process_set: Union[ProcessSet, Sequence[int]]) -> ProcessSet
         process_set = ProcessSet(process_set)
     if process_set.process_set_id is not None:
         raise ValueError("%s is already registered" % process_set)
+    _require_init("tutti.torch.add_process_set")
+    with _lock:
+        registered = {i: ps.ranks for i, ps in _registered.items()}
+    check_new_set("tutti.torch.add_process_set", process_set.ranks, registered, _C.size())
     set_id = _C.add_process_set(process_set.ranks)
     process_set.process_set_id = set_id
     with _lock:
