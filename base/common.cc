@@ -123,6 +123,12 @@ std::string numberText(double value) {
   return text;
 }
 
+uint64_t fnv1a(const void* data, size_t n, uint64_t h) {
+  const auto* b = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 0x100000001b3ull;
+  return h;
+}
+
 std::string joinInts(const std::vector<int>& values) {
   // No ostringstream: the shm backend names its group this way on every op, and a stream's
   // construction (locale, ios init) cost more than the op's own bookkeeping.

@@ -72,6 +72,10 @@ std::string secondsText(double seconds);                      // "0.5", "120"
 // "0.30000000000000004", "nan", "inf". For messages that compare two values.
 std::string numberText(double value);
 std::string joinInts(const std::vector<int>& values);           // "0, 2, 3"
+// FNV-1a (64 bits) of `n` bytes at `data`, continuing from `h` (start with kFnvBasis): a
+// name for keys and signatures, the same on every rank and build. Not cryptographic.
+constexpr uint64_t kFnvBasis = 0xcbf29ce484222325ull;
+uint64_t fnv1a(const void* data, size_t n, uint64_t h = kFnvBasis);
 // What is wrong with the world ranks of a group (a process set): empty when `ranks` is not
 // empty, sorted, distinct, within [0, world_size) and (member >= 0) includes `member`; else
 // "expected sorted, distinct ranks in [0, 4), got [2, 1]" or "this rank (3) is not a member

@@ -73,9 +73,9 @@ bool toView(const char* op, const char* name, const tutti_tensor_t* t, tutti::Te
 }
 
 // Options may be NULL (defaults); else false (with last error) unless struct_size is this
-// header's sizeof (or 0.1's or 0.2's, without the fields added since), the reduce op and device exist,
-// and splits/nsplits describe at most one count per rank of the process set (checked before
-// the splits are read; the exact count is checked at submit).
+// header's sizeof (or 0.1's or 0.2's, without the fields added since), the reduce op and
+// device exist, and splits/nsplits describe at most one count per rank of the process set
+// (checked before the splits are read; the exact count is checked at submit).
 bool checkOptions(const char* op, const char* name, const tutti_op_options_t* o) {
   if (o == nullptr) return true;
   if (!hasV02(o) && o->struct_size != TUTTI_OP_OPTIONS_SIZE_0_1) {

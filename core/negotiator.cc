@@ -121,24 +121,16 @@ bool Negotiator::orderable(const Request& q) const {
 
 namespace {
 
-// FNV-1a over `n` bytes at `p`, continuing from `h`.
-uint64_t fnv(uint64_t h, const void* p, size_t n) {
-  const auto* b = static_cast<const unsigned char*>(p);
-  for (size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 0x100000001b3ull;
-  return h;
-}
-
 template <typename T>
 uint64_t fnvValue(uint64_t h, const T& v) {
-  return fnv(h, &v, sizeof v);
+  return fnv1a(&v, sizeof v, h);
 }
 
 }  // namespace
 
 uint64_t Negotiator::orderedHash(const Request& q) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  h = fnvValue(h, static_cast<uint64_t>(q.name.size()));
-  h = fnv(h, q.name.data(), q.name.size());
+  uint64_t h = fnvValue(kFnvBasis, static_cast<uint64_t>(q.name.size()));
+  h = fnv1a(q.name.data(), q.name.size(), h);
   h = fnvValue(h, static_cast<int32_t>(q.op));
   h = fnvValue(h, static_cast<int32_t>(q.dtype));
   h = fnvValue(h, static_cast<int32_t>(q.reduce_op));
@@ -163,7 +155,7 @@ void Negotiator::contributeOrdered(RoundBits& bits, size_t index, Clock::time_po
   if (!ordered_.empty() && now - ordered_since_ > kHitPatience)
     w[0] &= ~(uint64_t(1) << RoundBits::kOrderedWindow);  // send the next one to the coordinator
   for (size_t k = 0; k < held; ++k) {
-    const uint64_t h = orderedHash(*ordered_[k]);
+    const uint64_t h = ordered_[k].hash;
     w[1 + 2 * k] = h;
     w[2 + 2 * k] = ~h;
   }
@@ -174,7 +166,7 @@ void Negotiator::agreeOrdered(const RoundBits& bits, size_t index, bool someone_
   if (ordered_off_) return;
   if (someone_joined) {  // the coordinator must see every request while a rank is joined
     ordered_off_ = true;
-    misses_.insert(misses_.end(), ordered_.begin(), ordered_.end());
+    for (const Ordered& o : ordered_) misses_.push_back(o.request);
     ordered_.clear();
     return;
   }
@@ -186,7 +178,7 @@ void Negotiator::agreeOrdered(const RoundBits& bits, size_t index, bool someone_
   // Every member holds positions [0, held): none past them on this rank was counted by the
   // others, and this rank holds at least `held` (it set those bits itself).
   for (int k = 0; k < same; ++k) {
-    agreed->push_back(orderedResponse(*ordered_.front()));
+    agreed->push_back(orderedResponse(*ordered_.front().request));
     ordered_.pop_front();
   }
   int64_t decided = same;
@@ -198,7 +190,7 @@ void Negotiator::agreeOrdered(const RoundBits& bits, size_t index, bool someone_
     // waits for a late rank under its stall checks). A member that has not submitted it yet
     // sends it in full when it comes (its position is below the head by then).
     if (!ordered_.empty()) {
-      demoted_.push_back(ordered_.front());
+      demoted_.push_back(ordered_.front().request);
       ordered_.pop_front();
     }
     ++decided;
@@ -237,7 +229,7 @@ void Negotiator::contribute(const Requests& fresh, std::string stall, RoundBits&
     if (q->op == OpType::kJoin) joined_ = true;
     if (!ordered_off_ && orderable(*q) && ordered_seen_++ >= ordered_head_) {
       if (ordered_.empty()) ordered_since_ = now;
-      ordered_.push_back(q);
+      ordered_.push_back(Ordered{q, orderedHash(*q)});
       if (tl) {
         tl->dequeued(id_, q->op, q->name);
         tl->begin(id_, q->op, q->name, negotiatePhaseName(q->op), "\"ordered\":true");

@@ -206,7 +206,11 @@ class Negotiator {
   // yet); how many this rank has seen (its next one's position); how many the members have
   // decided (agreed, or sent to full negotiation: the same on every member); since when the
   // first of them waits; off for good once a member joined.
-  std::deque<const Request*> ordered_;
+  struct Ordered {
+    const Request* request;
+    uint64_t hash;  // orderedHash(*request), taken once: a waiting op is sent every round
+  };
+  std::deque<Ordered> ordered_;
   int64_t ordered_seen_ = 0;
   int64_t ordered_head_ = 0;
   Clock::time_point ordered_since_{};

@@ -47,8 +47,7 @@ namespace {
 // A short key for a list of members ("0, 2, 3"): 16 hex digits of its FNV-1a hash, so that
 // keys stay short for sets of many ranks.
 std::string membersKey(const std::string& members) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (unsigned char c : members) h = (h ^ c) * 0x100000001b3ull;
+  const uint64_t h = fnv1a(members.data(), members.size());
   char out[17];
   std::snprintf(out, sizeof out, "%016llx", static_cast<unsigned long long>(h));
   return out;
