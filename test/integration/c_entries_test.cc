@@ -52,6 +52,16 @@ tutti_op_options_t optionsFor(Seen* seen) {
   return o;
 }
 
+// A 1-D C tensor of `n` elements of `dtype` at `data`.
+tutti_tensor_t flatTensor(void* data, tutti_dtype_t dtype, int64_t n) {
+  tutti_tensor_t t{};
+  t.data = data;
+  t.dtype = dtype;
+  t.ndim = 1;
+  t.shape[0] = n;
+  return t;
+}
+
 // Waits (bounded) until `counter` reaches `value`: release may run on Tutti's thread just
 // after the handle completes.
 bool reaches(const std::atomic<int>& counter, int value) {
@@ -64,11 +74,7 @@ bool reaches(const std::atomic<int>& counter, int value) {
 TEST_CASE("allgather into the caller's allocator; user_data released once", "[c_entries]") {
   requireInit();
   int32_t rows[3] = {rank(), rank(), rank()};
-  tutti_tensor_t t{};
-  t.data = rows;
-  t.dtype = TUTTI_INT32;
-  t.ndim = 1;
-  t.shape[0] = 3;
+  tutti_tensor_t t = flatTensor(rows, TUTTI_INT32, 3);
   Seen seen;
   tutti_op_options_t o = optionsFor(&seen);
   tutti_handle_t h = 0;
@@ -95,11 +101,7 @@ TEST_CASE("allgather into the caller's allocator; user_data released once", "[c_
 TEST_CASE("release runs once when the call fails; the 0.1 options size still works", "[c_entries]") {
   requireInit();
   float x[4] = {1, 2, 3, 4};
-  tutti_tensor_t t{};
-  t.data = x;
-  t.dtype = TUTTI_FLOAT32;
-  t.ndim = 1;
-  t.shape[0] = 4;
+  tutti_tensor_t t = flatTensor(x, TUTTI_FLOAT32, 4);
   Seen seen;
   tutti_op_options_t o = optionsFor(&seen);
   o.op = static_cast<tutti_reduce_op_t>(42);  // refused at the C edge
@@ -131,11 +133,7 @@ TEST_CASE("ordered ops are agreed by position; the 0.2 options size leaves them 
   int64_t before = 0;
   REQUIRE(tutti_stat("ordered.agreed", &before) == TUTTI_OK);
   float x[3] = {1, 2, 3};
-  tutti_tensor_t t{};
-  t.data = x;
-  t.dtype = TUTTI_FLOAT32;
-  t.ndim = 1;
-  t.shape[0] = 3;
+  tutti_tensor_t t = flatTensor(x, TUTTI_FLOAT32, 3);
   tutti_op_options_t o;
   tutti_op_options_init(&o);
   CHECK(o.ordered == 0);  // by name unless asked
