@@ -226,7 +226,9 @@ class Autotune(unittest.TestCase):
             code, out, err = run(
                 [TUTTIRUN, "-np", "2", "--gloo", "--autotune", "--autotune-log-file", csv,
                  "--fusion-threshold-mb", str(4096 / 1048576.0), "--cycle-time-ms", "20",
-                 PYTHON, os.path.join(HERE, "throughput.py"), "8000", "64", "4096"],
+                 # Runs until the tuner has logged its choice (52 windows of 50 ms: a fixed
+                 # step count ran out first on a fast machine), at most 200000 steps.
+                 PYTHON, os.path.join(HERE, "throughput.py"), "200000", "64", "4096", csv],
                 {"TUTTI_LOG_LEVEL": "debug", "TUTTI_AUTOTUNE_WINDOW_SECONDS": "0.05",
                  "TUTTI_AUTOTUNE_WARMUP_WINDOWS": "1", "TUTTI_AUTOTUNE_SAMPLES": "3"})
             self.assertEqual(code, 0, err[-3000:])
