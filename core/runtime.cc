@@ -117,7 +117,8 @@ Status Runtime::submit(int process_set, TensorEntry* entries, size_t count, Call
   auto set = sets_.find(process_set);
   if (!set)
     return Status(StatusCode::kInvalidArgument,
-                  "process set " + std::to_string(process_set) + " does not exist");
+                  std::string(opTypeName(entries[0].request.op)) + " " + quotedName(entries[0].request.name) +
+                      ": process set " + std::to_string(process_set) + " does not exist");
   if (!set->member())
     return Status(StatusCode::kInvalidArgument,
                   std::string(opTypeName(entries[0].request.op)) + " " + quotedName(entries[0].request.name) +

@@ -144,7 +144,7 @@ TEST_CASE("bad input is refused at submit with a clear message") {
     s = submitOne(c.rt, makeTestEntry(OpType::kAllreduce, "n", {4}, DataType::kFloat32, nullptr, x.data()), &h);
     if (s.code() != StatusCode::kInvalidArgument) c.fail("null input accepted");
     s = submitOne(c.rt, makeTestEntry(OpType::kAllreduce, "n", {4}, DataType::kFloat32, x.data(), x.data()), &h, 7);
-    if (s.message() != "process set 7 does not exist") c.fail(s.message());
+    if (s.message() != "allreduce 'n': process set 7 does not exist") c.fail(s.message());
     c.expectOk(c.rt.wait(0, 0, nullptr).code() == StatusCode::kInvalidArgument ? Status() : Status(StatusCode::kInternal, "handle 0 accepted"), "handle 0");
   }, failures);
   CHECK(failures.summary() == "0 failure(s)");
