@@ -73,3 +73,37 @@ def test_distributed_optimizer_compiled_model_autocast_bf16(rank, size):
     for name, p in model.named_parameters():
         everyone = hvd.allgather(p.detach().unsqueeze(0), name="compile.params." + name)
         assert all(torch.equal(everyone[0], other) for other in everyone), name
+
+
+def _compiled_autograd():
+    """A context in which backward runs under compiled autograd, or None (older torch)."""
+    try:
+        from torch._dynamo import compiled_autograd
+    except ImportError:
+        return None
+    enable = getattr(compiled_autograd, "_enable", None)
+    return enable(torch.compile(backend="aot_eager")) if enable is not None else None
+
+
+def test_distributed_optimizer_under_compiled_autograd(rank, size):
+    """Compiled autograd leaves the optimizer's C++ gradient hooks out of its graph:
+    step() reduces those gradients after backward, and the average is still exact."""
+    context = _compiled_autograd()
+    if context is None:
+        pytest.skip("compiled autograd needs PyTorch 2.2")
+    torch.manual_seed(12)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
+    reference = copy.deepcopy(model)
+    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                         named_parameters=model.named_parameters())
+    data = torch.full((3, 4), float(rank + 1))
+    with context:
+        model(data).sum().backward()
+    assert not optimizer._in_flight()  # the compiled graph ran no hook
+    optimizer.synchronize()
+    reference(data).sum().backward()
+    for (name, p), q in zip(model.named_parameters(), reference.parameters()):
+        average = hvd.allreduce(q.grad, name="compile.autograd.ref." + name)
+        assert torch.allclose(p.grad, average), name
+    with optimizer.skip_synchronize():
+        optimizer.step()

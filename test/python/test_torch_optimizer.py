@@ -3,6 +3,7 @@
 Each rank's data is a deterministic function of its rank, so every rank can compute the
 single-process reference (the average of all ranks' gradients) on its own."""
 
+import gc
 import warnings
 
 import pytest
@@ -289,8 +290,7 @@ def test_allreduces_start_during_backward(rank, size):
     def record(grad):
         # Runs when the gradient reaches the first layer's output: the last layer's
         # gradients are final by then and their allreduces must already be in flight.
-        started_before_first_layer.extend(
-            p for p, (handle, _) in opt._handles.items() if handle is not None)
+        started_before_first_layer.extend(opt._in_flight())
         return grad
 
     x, y = batch(rank)
@@ -299,7 +299,41 @@ def test_allreduces_start_during_backward(rank, size):
     loss = torch.nn.functional.mse_loss(model[2](model[1](hidden)), y)
     loss.backward()
     assert set(started_before_first_layer) == last_layer
-    assert all(h is not None for h, _ in opt._handles.values())
+    assert opt._in_flight() == set(model.parameters())
+    opt.step()
+    assert_params(model, reference_params(size))
+
+
+def test_refused_gradient_allreduce_fails_backward(rank, size):
+    """A gradient allreduce the runtime refuses in the (C++) gradient hook ends backward()
+    with the runtime's error, as a Python hook's exception would."""
+    if size == 1:
+        pytest.skip("needs a process set other than the global one")
+    model = make_model()
+    process_set = hvd.add_process_set([0])
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   named_parameters=model.named_parameters(),
+                                   process_set=process_set)
+    hvd.remove_process_set(process_set)  # the hooks' set is gone
+    if rank == 0:
+        with pytest.raises(hvd.TuttiValueError, match="allreduce.2.bias"):
+            loss_of(model, rank).backward()
+    else:  # not in the set: no hooks
+        loss_of(model, rank).backward()
+    assert not opt._in_flight()
+
+
+def test_hooks_of_a_dropped_optimizer_do_nothing(rank, size):
+    model = make_model()
+    first = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                     named_parameters=model.named_parameters())
+    del first
+    gc.collect()
+    # Were the first optimizer's hooks still live, they would start the same names as the
+    # second's and the runtime would refuse one of each pair.
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   named_parameters=model.named_parameters())
+    loss_of(model, rank).backward()
     opt.step()
     assert_params(model, reference_params(size))
 

@@ -9,12 +9,25 @@
 // at::Tensor into tutti_tensor_t, starts ops, waits with the GIL released and turns a failed
 // status into a Python exception. Handles, in-place copies, autograd and the
 // horovod-compatible surface live in the Python package (tutti/torch/*.py), which keeps every
-// tensor an op uses alive until the op is done.
+// tensor an op uses alive until the op is done. The one exception is GradReducer,
+// DistributedOptimizer's gradient hooks on its common path, which start allreduces from
+// autograd without entering Python and keep those gradients alive themselves.
 //
-// Thread-safety: every function is called with the GIL held; the only code that runs on
-// Tutti's background thread is an OutputSlot's allocator, which touches no Python object.
+// Thread-safety: every function is called with the GIL held, except GradReducer's hooks,
+// which run on autograd's thread without it and take it only to raise; the only code that
+// runs on Tutti's background thread is an OutputSlot's allocator, which touches no Python
+// object.
 #include <torch/extension.h>
+#include <torch/csrc/Exceptions.h>
+#include <torch/csrc/autograd/utils/lambda_post_hook.h>
+#include <torch/csrc/autograd/variable.h>
 #include <torch/version.h>
+
+#if __has_include(<torch/csrc/dynamo/compiled_autograd.h>)
+#define TUTTI_TORCH_COMPILED_AUTOGRAD 1  // torch 2.2 and later
+#else
+#define TUTTI_TORCH_COMPILED_AUTOGRAD 0
+#endif
 
 #include <tutti/tutti.h>
 
@@ -401,6 +414,195 @@ std::vector<std::pair<std::string, int64_t>> stats() {
   return out;
 }
 
+// DistributedOptimizer's gradient hooks on its common path (dense contiguous gradients,
+// reduced in place, uncompressed; tutti/torch/optimizer.py picks it). Like DDP's reducer, it
+// registers a C++ post hook on each parameter's gradient accumulator, which starts that
+// gradient's allreduce on autograd's thread the moment the gradient is final, without
+// entering Python: a Python hook cost about 5 us a gradient, this about 1.
+//
+// A gradient the hook cannot send as it is (sparse, strided, none yet, a dtype Tutti lacks)
+// or one still accumulating when step() comes is left to the Python side, which starts what
+// is not `started` in synchronize(). The hooks hold the reducer's state weakly: once the optimizer
+// is gone they do nothing. Errors reach the caller of backward() as the Python exception the
+// Python hook raised (AssertionError for too many passes, TuttiError for a refused op).
+class GradReducer {
+ public:
+  GradReducer(const std::vector<at::Tensor>& params, const std::vector<std::string>& names,
+              int op, double prescale, double postscale, int process_set, int passes)
+      : state_(std::make_shared<State>()) {
+    if (params.size() != names.size()) {
+      invalid("GradReducer: got " + std::to_string(params.size()) + " parameters and " +
+              std::to_string(names.size()) + " names");
+    }
+    if (passes < 1) {
+      invalid("backward_passes_per_step must be >= 1, got " + std::to_string(passes));
+    }
+    state_->op = op;
+    state_->prescale = prescale;
+    state_->postscale = postscale;
+    state_->process_set = process_set;
+    state_->params.resize(params.size());
+    for (size_t i = 0; i < params.size(); ++i) {
+      Param& param = state_->params[i];
+      param.tensor = params[i];
+      param.name = names[i];
+      param.remaining = passes;
+      auto accumulator = torch::autograd::impl::grad_accumulator(params[i]);
+      if (!accumulator) {
+        invalid("DistributedOptimizer: parameter '" + names[i] +
+                "' is not a leaf tensor that requires grad");
+      }
+      std::weak_ptr<State> weak = state_;
+      auto hook = [weak, i](const torch::autograd::variable_list& outputs,
+                            const torch::autograd::variable_list&) {
+        if (auto state = weak.lock()) state->ready(i);
+        return outputs;
+      };
+#if TUTTI_TORCH_COMPILED_AUTOGRAD
+      // A graph that compiled autograd captures leaves this hook out (instead of refusing
+      // it); synchronize() then starts the gradient, after backward rather than during it.
+      accumulator->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
+          hook, [](torch::dynamo::autograd::CompiledNodeArgs&) {}));
+#else
+      accumulator->add_post_hook(
+          std::make_unique<torch::autograd::utils::LambdaPostHook>(hook));
+#endif
+      accumulators_.push_back(std::move(accumulator));  // the hook lives as long as we do
+    }
+  }
+
+  GradReducer(const GradReducer&) = delete;
+  GradReducer& operator=(const GradReducer&) = delete;
+
+  // Indices of the parameters whose allreduce is in flight.
+  std::vector<int> started() {
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    std::vector<int> out;
+    for (size_t i = 0; i < state_->params.size(); ++i)
+      if (state_->params[i].handle != 0) out.push_back(static_cast<int>(i));
+    return out;
+  }
+
+  // Whether a hook has fired since the last wait() or reset().
+  bool pending() {
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    return state_->pending;
+  }
+
+  // Waits for every allreduce in flight (the GIL released), then counts `passes` backward
+  // passes again for each parameter. Throws the first failure after waiting for the rest.
+  void wait(int passes) {
+    std::vector<Handle> handles;
+    {
+      std::lock_guard<std::mutex> lock(state_->mutex);
+      for (Param& param : state_->params)
+        if (param.handle != 0) handles.push_back(param.handle);
+    }
+    tutti_status_t failed = TUTTI_OK;
+    std::string error;
+    {
+      py::gil_scoped_release release;
+      for (Handle handle : handles) {
+        const tutti_status_t status = tutti_wait(handle, -1.0);
+        if (status != TUTTI_OK && failed == TUTTI_OK) {
+          failed = status;
+          error = tutti_last_error();
+        }
+      }
+    }
+    reset(passes);
+    if (failed != TUTTI_OK) throw StatusError(failed, error);
+  }
+
+  // Forgets what is in flight without waiting (an elastic reset: the runtime that ran it is
+  // gone) and counts `passes` passes again.
+  void reset(int passes) {
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    for (Param& param : state_->params) {
+      param.handle = 0;
+      param.grad = at::Tensor();
+      param.remaining = passes;
+    }
+    state_->pending = false;
+  }
+
+ private:
+  struct Param {
+    at::Tensor tensor;
+    std::string name;  // the op's name: "allreduce.<parameter name>"
+    int remaining = 1;  // backward passes until this gradient is reduced
+    Handle handle = 0;  // the allreduce in flight, 0 if none
+    at::Tensor grad;    // the gradient it reduces in place, alive until waited for
+  };
+
+  struct State {
+    std::mutex mutex;
+    std::vector<Param> params;
+    int op = TUTTI_AVERAGE;
+    double prescale = 1.0, postscale = 1.0;
+    int process_set = 0;
+    bool pending = false;
+
+    // Parameter i's gradient is accumulated (on autograd's thread, the GIL not held).
+    void ready(size_t i) {
+      bool too_many = false;
+      tutti_status_t status = TUTTI_OK;
+      std::string error;
+      {
+        std::lock_guard<std::mutex> lock(mutex);
+        pending = true;
+        too_many = params[i].remaining <= 0;
+        if (!too_many) status = start(params[i], &error);
+      }
+      if (!too_many && status == TUTTI_OK) return;
+      // Raised without the lock: a Python thread may hold the GIL and wait for the lock.
+      py::gil_scoped_acquire gil;
+      if (too_many) {
+        PyErr_SetString(PyExc_AssertionError,
+                        "Gradients were computed more than backward_passes_per_step times "
+                        "before call to step(). Increase backward_passes_per_step to "
+                        "accumulate gradients locally.");
+      } else {
+        raiseStatusError(StatusError(status, error));
+      }
+      python_error python;  // autograd hands it to the caller of backward(), as a Python hook's
+      python.persist();
+      throw python;
+    }
+
+    // Counts a backward pass of `param` and starts its allreduce after the last one; a
+    // failure's status, with its message in `error`.
+    tutti_status_t start(Param& param, std::string* error) {
+      if (--param.remaining > 0) return TUTTI_OK;
+      at::Tensor grad = param.tensor.grad();
+      tutti_tensor_t t;
+      std::memset(&t, 0, sizeof t);
+      if (!grad.defined() || grad.layout() != at::kStrided || !grad.is_contiguous() ||
+          grad.dim() > TUTTI_MAX_DIMS || !toTuttiDtype(grad.scalar_type(), &t.dtype)) {
+        return TUTTI_OK;  // the Python side reduces it in synchronize()
+      }
+      t.data = grad.data_ptr();
+      t.ndim = static_cast<int>(grad.dim());
+      for (int d = 0; d < t.ndim; ++d) t.shape[d] = grad.size(d);
+      const tutti_op_options_t options =
+          makeReduceOptions(grad, op, prescale, postscale, process_set);
+      Handle handle = 0;
+      const tutti_status_t status =
+          tutti_allreduce_tensor_async(param.name.c_str(), &t, &t, &options, &handle);
+      if (status != TUTTI_OK) {
+        *error = tutti_last_error();
+        return status;
+      }
+      param.handle = handle;
+      param.grad = std::move(grad);
+      return TUTTI_OK;
+    }
+  };
+
+  std::shared_ptr<State> state_;
+  std::vector<decltype(torch::autograd::impl::grad_accumulator(at::Tensor()))> accumulators_;
+};
+
 PyObject* newException(const char* name, PyObject* bases, const char* doc) {
   PyObject* cls = PyErr_NewExceptionWithDoc(name, doc, bases, nullptr);
   if (cls == nullptr) throw py::error_already_set();
@@ -485,6 +687,16 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("join_async", &joinAsync, py::arg("process_set"));
   m.def("poll", &poll, py::arg("handle"));
   m.def("wait", &wait, py::arg("handle"), py::arg("timeout_seconds"), py::arg("slot"));
+
+  py::class_<GradReducer, std::shared_ptr<GradReducer>>(m, "GradReducer")
+      .def(py::init<const std::vector<at::Tensor>&, const std::vector<std::string>&, int,
+                    double, double, int, int>(),
+           py::arg("params"), py::arg("names"), py::arg("op"), py::arg("prescale"),
+           py::arg("postscale"), py::arg("process_set"), py::arg("passes"))
+      .def("started", &GradReducer::started)
+      .def("pending", &GradReducer::pending)
+      .def("wait", &GradReducer::wait, py::arg("passes"))
+      .def("reset", &GradReducer::reset, py::arg("passes"));
 
   m.def("add_process_set", &addProcessSet, py::arg("ranks"));
   m.def("remove_process_set", &removeProcessSet, py::arg("process_set"));

@@ -4,6 +4,11 @@ Each parameter's gradient allreduce starts from a hook that fires as soon as aut
 accumulated that gradient, so communication overlaps the rest of backward; step() (or
 synchronize()) waits only for what is still in flight, writes the reduced gradients back
 and then runs the wrapped optimizer's step.
+
+On the common path (no compression, no groups, op other than Adasum) the hooks are C++ ones
+(_C.GradReducer, as DDP's reducer): a dense contiguous gradient's allreduce starts on
+autograd's thread without entering Python. Gradients it leaves (sparse ones, those without
+a gradient, those still accumulating at step()) are started here in synchronize().
 """
 
 import warnings
@@ -73,6 +78,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self.gradient_predivide_factor = gradient_predivide_factor
         self._handles = {}  # param or tuple of params (a group) -> (handle, ctx)
         self._hooks = []
+        self._reducer = None  # _C.GradReducer: the C++ hooks of the common path
+        self._reducer_params = []
         self._requires_update = set()
         self._synchronized = False
         self._should_synchronize = True
@@ -105,6 +112,18 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             self._group_counts[group] = 0
 
     def _register_hooks(self):
+        if (self._compression is Compression.none and self.op != Adasum
+                and self._groups is None):
+            params = [p for group in self.param_groups for p in group["params"]
+                      if p.requires_grad]
+            self._requires_update.update(params)
+            prescale, postscale = self._scale_factors()
+            self._reducer = _C.GradReducer(
+                params, ["allreduce." + self._parameter_names[p] for p in params],
+                int(self.op), float(prescale), float(postscale),
+                _process_set_id(self._process_set), int(self.backward_passes_per_step))
+            self._reducer_params = params
+            return
         for group in self.param_groups:
             for p in group["params"]:
                 if not p.requires_grad:
@@ -203,10 +222,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         if not self._process_set.included():
             self._synchronized = True
             return
-        started = set()
-        for key, (handle, _) in self._handles.items():
-            if handle is not None:
-                started.update(key if isinstance(key, tuple) else (key,))
+        started = self._in_flight()
         if self._groups is not None:
             for group in self._groups:
                 if not any(p in started for p in group):
@@ -232,7 +248,38 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             else:
                 self._write_grad(key, *ctx)
         self._handles.clear()
+        if self._reducer is not None:
+            self._reducer.wait(int(self.backward_passes_per_step))
         self._synchronized = True
+
+    def _in_flight(self):
+        """The parameters whose gradient allreduce has started and not been waited for."""
+        params = set()
+        for key, (handle, _) in self._handles.items():
+            if handle is not None:
+                params.update(key if isinstance(key, tuple) else (key,))
+        if self._reducer is not None:
+            params.update(self._reducer_params[i] for i in self._reducer.started())
+        return params
+
+    def _forget_pending(self):
+        """Drops the allreduces in flight without waiting and counts backward passes afresh
+        (an elastic reset: the runtime that ran them is gone)."""
+        self._handles.clear()
+        for p in self._allreduce_delay:
+            self._allreduce_delay[p] = self.backward_passes_per_step
+        if self._reducer is not None:
+            self._reducer.reset(int(self.backward_passes_per_step))
+
+    def set_backward_passes_per_step(self, passes):
+        """Sets backward_passes_per_step and counts the passes afresh (as horovod.torch);
+        between step() and the next backward pass, with no allreduce in flight."""
+        if self._in_flight():
+            raise AssertionError("set_backward_passes_per_step() was called while gradient "
+                                 "allreduces were in flight; call it after step() or "
+                                 "synchronize().")
+        self.backward_passes_per_step = passes
+        self._forget_pending()
 
     def _write_grad(self, p, compressed, ctx):
         self._allreduce_delay[p] = self.backward_passes_per_step
@@ -267,7 +314,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         return super(self.__class__, self).step(closure)
 
     def zero_grad(self, *args, **kwargs):
-        if self._handles:
+        if self._handles or (self._reducer is not None and self._reducer.pending()):
             raise AssertionError("optimizer.zero_grad() was called after loss.backward() "
                                  "but before optimizer.step() or optimizer.synchronize(). "
                                  "This is prohibited as it can cause a race condition.")

@@ -62,13 +62,9 @@ class _OptimizerHandler(_Handler):
     def restore(self):
         # A step that failed half-way leaves a DistributedOptimizer with handles of the old
         # world's allreduces and with its backward passes counted: both go with the step.
-        pending = getattr(self.value, "_handles", None)
-        if pending:
-            pending.clear()
-        delay = getattr(self.value, "_allreduce_delay", None)
-        if delay is not None:
-            for p in delay:
-                delay[p] = self.value.backward_passes_per_step
+        forget = getattr(self.value, "_forget_pending", None)
+        if forget is not None:
+            forget()
         super().restore()
 
     def sync(self):
