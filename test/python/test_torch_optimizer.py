@@ -99,6 +99,20 @@ def test_backward_passes_per_step(rank, size):
     opt.synchronize()
 
 
+def test_set_backward_passes_per_step(rank, size):
+    model = make_model()
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   named_parameters=model.named_parameters())
+    opt.set_backward_passes_per_step(2)
+    assert opt.backward_passes_per_step == 2
+    for s in (0, 1):
+        loss_of(model, rank, s).backward()
+    with pytest.raises(AssertionError, match="in flight"):
+        opt.set_backward_passes_per_step(1)
+    opt.step()
+    assert_params(model, reference_params(size, steps=(0, 1)))
+
+
 @pytest.mark.parametrize("groups", [1, 2, "lists"])
 def test_groups(groups, rank, size):
     if groups == "lists":
