@@ -250,6 +250,23 @@ void Executor::allreduce(const Response& r, ProcessSet& set, Backend& b,
   int64_t total = 0;
   for (int64_t c : r.counts) total += c;
   if (entries.size() > 1) stats_.addFusedBatch(static_cast<int64_t>(entries.size()), total * esize);
+  if (set.size() == 1 && std::all_of(entries.begin(), entries.end(), [](const auto& e) { return bool(e); }) &&
+      piecesFor(r, entries)) {
+    // One rank with all of its tensors: its contribution is the result. Each tensor goes to
+    // its output (in place: nothing to move) and is scaled there, without the fusion
+    // buffer's copy in and out.
+    callBackend(b, static_cast<int64_t>(entries.size()), total * esize, [&] {
+      for (size_t i = 0; i < entries.size(); ++i)
+        scaleInto(entries[i]->input, entries[i]->output, r.counts[i], dtype, r.prescale);
+    });
+    if (post != 1.0)  // the divisor is 1
+      timed(StatTime::kUnpack, "UNPACK", [&] {
+        for (size_t i = 0; i < entries.size(); ++i)
+          scaleInto(entries[i]->output, entries[i]->output, r.counts[i], dtype, post);
+      });
+    for (auto& e : entries) complete(*e);
+    return;
+  }
   if (r.prescale == 1.0 && b.allreducesPieces() && piecesFor(r, entries)) {
     callBackend(b, static_cast<int64_t>(entries.size()), total * esize,
                 [&] { b.allreducePieces(pieces_, total, dtype, op, deadline); });
