@@ -147,6 +147,28 @@ def test_grouped_allreduce(dtype, rank, size):
         assert r is t and torch.equal(t, reference_reduce(all_rank_values(s, dtype), op, dtype))
 
 
+def test_grouped_allreduce_scaled(rank, size):
+    """A group's tensors (one of them empty) reduced in one batch with both scale factors,
+    out of place (inputs untouched) and in place, with Sum and Average."""
+    def make():
+        return [torch.full((n,), float(rank + 1 + i), dtype=torch.float64)
+                for i, n in enumerate((3, 0, 5, 1))]
+    tensors = make()
+    outs = hvd.grouped_allreduce(tensors, name="gar.scaled", op=hvd.Sum, prescale_factor=2.0,
+                                 postscale_factor=0.25)
+    for i, (t, out) in enumerate(zip(tensors, outs)):
+        total = sum(r + 1 + i for r in range(size))
+        assert torch.equal(out, torch.full_like(t, total * 2.0 * 0.25)), (i, out)
+        assert torch.equal(t, torch.full_like(t, float(rank + 1 + i)))
+    in_place = make()
+    result = hvd.grouped_allreduce_(in_place, name="gar_.scaled", op=hvd.Average,
+                                    prescale_factor=0.5, postscale_factor=3.0)
+    for i, t in enumerate(in_place):
+        average = sum(r + 1 + i for r in range(size)) / size
+        assert result[i] is t
+        assert torch.allclose(t, torch.full_like(t, average * 0.5 * 3.0)), (i, t)
+
+
 def test_grouped_allreduce_async(rank, size):
     tensors = [torch.full((i + 2,), float(rank)) for i in range(3)]
     handle = hvd.grouped_allreduce_async(tensors, name="gar.async", op=hvd.Sum)
