@@ -107,29 +107,39 @@ void raiseStatusError(const StatusError& error) {
 }
 
 // `tensor` as a C tensor; it must be dense and contiguous (the Python side ensures it).
+// `tensor` as a C tensor into *t; false when it cannot be one as it is (undefined, sparse, not
+// contiguous, a dtype Tutti lacks, too many dimensions). Throws nothing: GradReducer's hooks
+// call it on autograd's thread.
+bool viewOf(const at::Tensor& tensor, tutti_tensor_t* t) {
+  std::memset(t, 0, sizeof *t);
+  if (!tensor.defined() || tensor.is_sparse() || !tensor.is_contiguous() ||
+      tensor.dim() > TUTTI_MAX_DIMS || !toTuttiDtype(tensor.scalar_type(), &t->dtype)) {
+    return false;
+  }
+  t->data = tensor.data_ptr();
+  t->ndim = static_cast<int>(tensor.dim());
+  for (int i = 0; i < t->ndim; ++i) t->shape[i] = tensor.size(i);
+  return true;
+}
+
+// `tensor` as a C tensor; a refusal says which of viewOf's conditions it fails.
 tutti_tensor_t toTensor(const at::Tensor& tensor, const char* what) {
+  tutti_tensor_t t;
+  if (viewOf(tensor, &t)) return t;
   if (!tensor.defined()) invalid(std::string(what) + " is an undefined tensor");
   if (tensor.is_sparse() || !tensor.is_contiguous()) {
     invalid(std::string(what) + " must be a dense contiguous tensor (got layout " +
             c10::str(tensor.layout()) +
             ", contiguous=" + (tensor.is_contiguous() ? "true" : "false") + ")");
   }
-  tutti_tensor_t t;
-  std::memset(&t, 0, sizeof t);
   if (!toTuttiDtype(tensor.scalar_type(), &t.dtype)) {
     throw StatusError(TUTTI_ERR_UNSUPPORTED,
                       std::string("tutti.torch: ") + what + ": tensor dtype " +
                           c10::toString(tensor.scalar_type()) + " is not supported (expected " +
                           kSupportedDtypes + ")");
   }
-  if (tensor.dim() > TUTTI_MAX_DIMS) {
-    invalid(std::string(what) + ": shape has " + std::to_string(tensor.dim()) +
-            " dimensions, expected at most " + std::to_string(TUTTI_MAX_DIMS));
-  }
-  t.data = tensor.data_ptr();
-  t.ndim = static_cast<int>(tensor.dim());
-  for (int i = 0; i < t.ndim; ++i) t.shape[i] = tensor.size(i);
-  return t;
+  invalid(std::string(what) + ": shape has " + std::to_string(tensor.dim()) +  // the one left
+          " dimensions, expected at most " + std::to_string(TUTTI_MAX_DIMS));
 }
 
 tutti_device_t deviceOf(const at::Tensor& tensor) {
@@ -576,14 +586,9 @@ class GradReducer {
       if (--param.remaining > 0) return TUTTI_OK;
       at::Tensor grad = param.tensor.grad();
       tutti_tensor_t t;
-      std::memset(&t, 0, sizeof t);
-      if (!grad.defined() || grad.layout() != at::kStrided || !grad.is_contiguous() ||
-          grad.dim() > TUTTI_MAX_DIMS || !toTuttiDtype(grad.scalar_type(), &t.dtype)) {
+      if (!grad.defined() || grad.layout() != at::kStrided || !viewOf(grad, &t)) {
         return TUTTI_OK;  // the Python side reduces it in synchronize()
       }
-      t.data = grad.data_ptr();
-      t.ndim = static_cast<int>(grad.dim());
-      for (int d = 0; d < t.ndim; ++d) t.shape[d] = grad.size(d);
       const tutti_op_options_t options =
           makeReduceOptions(grad, op, prescale, postscale, process_set);
       Handle handle = 0;
