@@ -243,4 +243,16 @@ def test_launcher_defaults():
     ompi = {"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "3",
             "OMPI_COMM_WORLD_LOCAL_SIZE": "3", "PMIX_NAMESPACE": "123"}
     assert td.launcher_defaults(ompi)["WORLD_SIZE"] == "3"
+    # srun's task of a job step on one node; the next step of the job gets another port
+    slurm = {"SLURM_PROCID": "2", "SLURM_STEP_NUM_TASKS": "3", "SLURM_LOCALID": "2",
+             "SLURM_STEP_NUM_NODES": "1", "SLURM_JOB_ID": "77", "SLURM_STEP_ID": "0",
+             "SLURM_NTASKS": "3"}
+    got = td.launcher_defaults(slurm)
+    assert (got["RANK"], got["WORLD_SIZE"], got["LOCAL_RANK"], got["MASTER_ADDR"]) == \
+        ("2", "3", "2", "127.0.0.1")
+    assert got["MASTER_PORT"] != td.launcher_defaults(dict(slurm, SLURM_STEP_ID="1"))["MASTER_PORT"]
+    assert td.launcher_defaults(dict(slurm, SLURM_STEP_NUM_NODES="2")) == {}  # several hosts
+    no_step = dict(slurm)
+    del no_step["SLURM_STEP_ID"]  # a batch script itself: one process, not a job's rank
+    assert td.launcher_defaults(no_step) == {}
     assert td.is_registered()

@@ -5,10 +5,12 @@ gloo under plain srun (rank 0 hosts the rendezvous; no tuttirun) and MPI under
 srun --mpi=pmix: per-rank topology with and without --ntasks-per-node, an integration
 program, an sbatch script, the errors of a missing secret and of srun without --mpi=pmix,
 and a task that exits 7 mid-job: srun ends within the deadline, the other tasks say why,
-and nothing is left.
+and nothing is left. torch.distributed's backend "tutti" started with no arguments in srun's
+tasks (DDP against gloo, every collective at 3 ranks).
 
 Needs root and Debian's slurmctld, slurmd and munge; skipped (exit code 77 for CTest)
-without them. Environment (set by CTest): PROBE, INTEG_DIR, EXIT_DRIVER, WITH_MPI.
+without them. Environment (set by CTest): PROBE, INTEG_DIR, EXIT_DRIVER, WITH_MPI, and
+TORCH_PYTHON, TORCH_PYTHONPATH, TORCH_WORKER where the build has tutti.torch for torch 2.x.
 """
 import os
 import re
@@ -28,6 +30,10 @@ PROBE = os.environ.get("PROBE", "")
 INTEG_DIR = os.environ.get("INTEG_DIR", "")
 EXIT_DRIVER = os.environ.get("EXIT_DRIVER", "")
 WITH_MPI = os.environ.get("WITH_MPI", "").upper() in ("1", "ON", "TRUE", "YES")
+# torch 2.x's Python with tutti.torch on TORCH_PYTHONPATH, and the torch.distributed worker
+TORCH_PYTHON = os.environ.get("TORCH_PYTHON", "")
+TORCH_PYTHONPATH = os.environ.get("TORCH_PYTHONPATH", "")
+TORCH_WORKER = os.environ.get("TORCH_WORKER", "")
 SKIP_CODE = 77
 SECRET = os.urandom(32).hex()
 DEADLINE = 10  # TUTTI_TIMEOUT_SECONDS in the failure test
@@ -231,6 +237,38 @@ class GlooUnderSrun(SlurmCases, unittest.TestCase):
                                    TUTTI_RENDEZVOUS_PORT="31999")
         self.assertEqual(rc, 0, out)
         self.assertEqual(sorted(topo(out)), [0, 1], out)
+
+
+@unittest.skipUnless(TORCH_PYTHON and TORCH_WORKER, "no tutti.torch for torch 2.x in this build")
+class TorchDistributedUnderSrun(unittest.TestCase):
+    """dist.init_process_group("tutti") with no arguments in srun's tasks: importing
+    tutti.torch sets torch's variables from Slurm's (docs/pytorch.md)."""
+
+    def worker(self, n, *args, timeout=120):
+        rc, out, _ = run(["srun", "-n", str(n), TORCH_PYTHON, TORCH_WORKER] + list(args),
+                         timeout=timeout, PYTHONPATH=TORCH_PYTHONPATH,
+                         PYTHONWARNINGS="ignore::FutureWarning")
+        self.assertEqual(rc, 0, out[-6000:])
+        self.assertEqual(out.count("OK %s" % args[0]), n, out[-6000:])
+        self.assertEqual(wait_nothing_left(TORCH_PYTHON), [])
+        return out
+
+    def test_ddp_matches_gloo(self):
+        """DDP on tutti and on gloo, each in a job step of its own: the same bits."""
+        with tempfile.TemporaryDirectory(prefix="tutti-slurm-ddp-") as tmp:
+            paths = {b: os.path.join(tmp, b + ".pt") for b in ("gloo", "tutti")}
+            for backend, path in paths.items():
+                self.worker(2, "ddp", "--backends", backend, "--save", path)
+            same = subprocess.run(
+                [TORCH_PYTHON, "-c", "import sys, torch; a, b = (torch.load(p) for p in "
+                 "sys.argv[1:]); sys.exit(0 if len(a) == len(b) and all(torch.equal(x, y) "
+                 "for x, y in zip(a, b)) else 'parameters differ')",
+                 paths["gloo"], paths["tutti"]], timeout=60, text=True,
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+            self.assertEqual(same.returncode, 0, same.stdout)
+
+    def test_collectives_at_3_ranks(self):
+        self.worker(3, "collectives")
 
 
 @unittest.skipUnless(WITH_MPI, "built without MPI")

@@ -18,7 +18,7 @@ maker to add the set (collectively, on every rank) before the members' backends 
 and ``destroy_process_group()`` to remove those sets again. It also lets
 ``monitored_barrier`` through for groups on "tutti" (torch's lets gloo's alone through).
 
-Under tuttirun or mpirun, where torch's own variables (RANK, WORLD_SIZE, MASTER_ADDR,
+Under tuttirun, mpirun or srun, where torch's own variables (RANK, WORLD_SIZE, MASTER_ADDR,
 MASTER_PORT) are all unset, importing this module sets them from the launcher's, so that
 ``dist.init_process_group("tutti")`` needs no arguments there either (one host: see
 ``launcher_defaults``).
@@ -212,12 +212,13 @@ def _port_for(identity):
 
 
 def launcher_defaults(environ=None):
-    """torch.distributed's variables for env:// from tuttirun's or Open MPI's, or {}.
+    """torch.distributed's variables for env:// from tuttirun's, Open MPI's or Slurm's, or {}.
 
     Only where none of RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT is set and every rank
     runs on one host (MASTER_ADDR 127.0.0.1; across hosts, set MASTER_ADDR and MASTER_PORT
     yourself). MASTER_PORT is derived from the job's identity (tuttirun's rendezvous server,
-    Open MPI's job id), the same on every rank; set MASTER_PORT where it is taken.
+    Open MPI's job id, Slurm's job and step ids), the same on every rank; set MASTER_PORT
+    where it is taken.
     """
     env = os.environ if environ is None else environ
     if any(v in env for v in _TORCH_VARS):
@@ -233,6 +234,14 @@ def launcher_defaults(environ=None):
         local_size = env.get("OMPI_COMM_WORLD_LOCAL_SIZE")
         identity = "openmpi:%s" % env.get("PMIX_NAMESPACE",
                                           env.get("OMPI_MCA_ess_base_jobid", ""))
+    elif ("SLURM_PROCID" in env and "SLURM_STEP_ID" in env and
+          "SLURM_STEP_NUM_TASKS" in env):
+        # A task of a job step (srun), as Tutti's own topology reads it: a program run
+        # straight from an sbatch script has SLURM_PROCID too, but is one process.
+        rank, size = env["SLURM_PROCID"], env["SLURM_STEP_NUM_TASKS"]
+        local_rank = env.get("SLURM_LOCALID")
+        local_size = size if env.get("SLURM_STEP_NUM_NODES") == "1" else None
+        identity = "slurm:%s.%s" % (env.get("SLURM_JOB_ID", ""), env["SLURM_STEP_ID"])
     else:
         return {}
     if local_size != size:  # ranks on several hosts: rank 0's address is not known here
