@@ -456,9 +456,12 @@ void ShmSegment::waitFor(int member, uint64_t target, Deadline deadline,
     cpuRelax();
   }
   // 2. Yield for a millisecond, then sleep until the member posts, checking the poison,
-  //    the deadline and (every 5 ms) the peer's process. Bounded by the deadline.
+  //    the deadline and (from the first millisecond on, every 5 ms) the peer's process.
+  //    Bounded by the deadline. A wait shorter than that (a peer whose core runs its
+  //    backward pass for a moment) reads no /proc file: opening and parsing one took a
+  //    fifth of this thread's time in a training step that waited like that every round.
   const auto start = Clock::now();
-  auto next_check = start;
+  auto next_check = start + milliseconds(1);
   for (;;) {
     if (seq.load(std::memory_order_acquire) >= target) return;
     throwIfPoisoned(what);
