@@ -182,6 +182,26 @@ def test_ddp_at_3_ranks_under_torchrun_matches_gloo():
     assert_ok(rc, out, "ddp", 3)
 
 
+def launch(how, n, args):
+    """(command, env) of a job of n workers under torchrun, tuttirun or mpirun."""
+    if how == "torchrun":
+        return torchrun(n, args), None
+    if how == "tuttirun":
+        return [launcher("TUTTIRUN"), "-np", str(n), sys.executable, WORKER] + args, None
+    return mpirun_cmd(n, args), mpi_env()
+
+
+@pytest.mark.parametrize("mode,n,how", [("ddp", 3, "tuttirun"), ("ddp", 3, "mpirun"),
+                                        ("fsdp", 2, "tuttirun"), ("fsdp", 3, "torchrun"),
+                                        ("fsdp", 3, "mpirun")])
+def test_the_rest_of_the_launcher_matrix(mode, n, how):
+    """With the tests above, DDP and FSDP2 each run at 2 and 3 ranks under torchrun, tuttirun
+    and mpirun (tuttirun and mpirun with no init arguments), against gloo in the job."""
+    cmd, env = launch(how, n, [mode, "--backends", "tutti,gloo"])
+    rc, out = run(cmd, env=env)
+    assert_ok(rc, out, mode, n)
+
+
 def test_a_killed_rank_ends_the_job_naming_it(tmp_path):
     url = "file://" + str(tmp_path / "store")
     t0 = time.monotonic()
