@@ -26,9 +26,11 @@ the ranks' parameters differ at the end of a run, for either framework.
 
 import argparse
 import json
+import os
 import socket
 import statistics
 import sys
+import threading
 import time
 
 import torch
@@ -62,6 +64,11 @@ def parse_args(argv=None):
                         "gradients are views into DDP's buckets, not copied in and out")
     p.add_argument("--threads", type=int, default=1,
                    help="torch threads per rank (default 1: one rank per core)")
+    p.add_argument("--split", action="store_true",
+                   help="also time forward+backward and optimizer.step() apart, and the CPU "
+                        "time per step of the process's threads other than the training "
+                        "thread (communication threads: Tutti's background thread, gloo's); "
+                        "a second table (Linux: /proc/self/task/*/schedstat)")
     p.add_argument("--json", metavar="PATH", help="also write the results as JSON (rank 0)")
     args = p.parse_args(argv)
     args.frameworks = [f for f in args.frameworks.split(",") if f]
@@ -204,22 +211,43 @@ class Trainer:
         self.tensors = len(self.params)
         self.numel = sum(p.numel() for p in self.params)
 
-    def step(self, data, target):
+    def step(self, data, target, split=None):
+        t0 = time.perf_counter() if split is not None else 0.0
         self.opt.zero_grad()
         loss = F.cross_entropy(self.model(data), target)
         loss.backward()
+        if split is not None:
+            t1 = time.perf_counter()
+            split[0] += t1 - t0
         self.opt.step()
+        if split is not None:
+            split[1] += time.perf_counter() - t1
 
-    def timed_iter(self, data, target, batches):
+    def timed_iter(self, data, target, batches, split=None):
         start = time.perf_counter()
         for _ in range(batches):
-            self.step(data, target)
+            self.step(data, target, split)
         return time.perf_counter() - start
 
     def identical_across_ranks(self):
         flat = torch.cat([p.detach().reshape(-1) for p in self.params]).unsqueeze(0)
         gathered = hvd.allgather(flat, name="bench.check.%s" % self.framework)
         return bool(torch.equal(gathered.min(0).values, gathered.max(0).values))
+
+
+def other_threads_cpu_seconds():
+    """CPU time so far of this process's threads but the calling one (schedstat: ns)."""
+    me = str(threading.get_native_id())
+    total = 0
+    for tid in os.listdir("/proc/self/task"):
+        if tid == me:
+            continue
+        try:
+            with open("/proc/self/task/%s/schedstat" % tid) as f:
+                total += int(f.read().split()[0])
+        except (OSError, ValueError, IndexError):  # a thread that ended meanwhile
+            pass
+    return total / 1e9
 
 
 def run_model(model_name, args, groups):
@@ -231,11 +259,22 @@ def run_model(model_name, args, groups):
             t.step(data, target)
     rates = {t.framework: [] for t in trainers}
     steps = {t.framework: [] for t in trainers}
+    splits = {t.framework: [] for t in trainers}  # per iteration: fwd+bwd, step(), other CPU
+    n = args.num_batches_per_iter
     for _ in range(args.num_iters):
         for t in trainers:  # alternate, so that load changes hit every framework alike
-            seconds = t.timed_iter(data, target, args.num_batches_per_iter)
-            rates[t.framework].append(batch * args.num_batches_per_iter / seconds)
-            steps[t.framework].append(seconds / args.num_batches_per_iter)
+            # Every framework starts with the ranks together: `local` lets them drift apart
+            # (no communication), and the first step of the framework after it would
+            # otherwise wait out that drift.
+            hvd.barrier()
+            split = [0.0, 0.0] if args.split else None
+            cpu = other_threads_cpu_seconds() if args.split else 0.0
+            seconds = t.timed_iter(data, target, n, split)
+            if args.split:
+                splits[t.framework].append((split[0] / n, split[1] / n,
+                                            (other_threads_cpu_seconds() - cpu) / n))
+            rates[t.framework].append(batch * n / seconds)
+            steps[t.framework].append(seconds / n)
     results = []
     for t in trainers:
         per_rank = statistics.median(rates[t.framework])
@@ -243,7 +282,14 @@ def run_model(model_name, args, groups):
                                          (model_name, t.framework))
         step_ms = hvd.allgather_object(statistics.median(steps[t.framework]) * 1e3,
                                        name="bench.steps.%s.%s" % (model_name, t.framework))
-        results.append({
+        extra = {}
+        if args.split:  # each column's median over the iterations, the largest over ranks
+            mine = [statistics.median(x[i] for x in splits[t.framework]) * 1e3 for i in range(3)]
+            every = hvd.allgather_object(mine, name="bench.split.%s.%s" % (model_name,
+                                                                          t.framework))
+            extra = {k: max(r[i] for r in every)
+                     for i, k in enumerate(("fwd_bwd_ms", "opt_step_ms", "other_cpu_ms"))}
+        results.append(dict(extra, **{
             "model": model_name, "framework": t.framework, "ranks": hvd.size(),
             "step_ms": max(step_ms),  # the slowest rank's median step sets the pace
             "batch_per_rank": batch, "parameters": t.numel, "tensors": t.tensors,
@@ -252,7 +298,7 @@ def run_model(model_name, args, groups):
             "iters": args.num_iters, "batches_per_iter": args.num_batches_per_iter,
             # local trains each rank on its own data: its parameters differ by design
             "identical": t.framework == "local" or t.identical_across_ranks(),
-        })
+        }))
     return results
 
 
@@ -281,6 +327,20 @@ def print_table(results):
             r["samples_per_sec_total"], ratio, r["step_ms"], step_ratio, comm, comm_ratio))
 
 
+def print_split(results):
+    # Where a step's time goes: forward+backward (DDP's allreduces finish inside it), the
+    # optimizer's step() (tutti.torch's wait for its allreduces is in it), and the CPU time
+    # per step of the threads other than the training thread (on a rank with one core, time
+    # taken from the training step).
+    print("# %-11s %-9s %12s %12s %16s" % ("model", "frame", "fwd+bwd ms", "step() ms",
+                                           "other cpu ms"))
+    for r in results:
+        if "fwd_bwd_ms" in r:
+            print("  %-11s %-9s %12.2f %12.2f %16.2f" % (r["model"], r["framework"],
+                                                        r["fwd_bwd_ms"], r["opt_step_ms"],
+                                                        r["other_cpu_ms"]))
+
+
 def main(argv=None):
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -298,6 +358,8 @@ def main(argv=None):
                   torch.__version__, hvd.size(), args.num_iters, args.num_batches_per_iter,
                   ", DDP with gradient_as_bucket_view" if args.ddp_bucket_view else ""))
         print_table(results)
+        if args.split:
+            print_split(results)
         if args.json:
             with open(args.json, "w") as f:
                 json.dump({"torch": torch.__version__, "results": results}, f, indent=1)
