@@ -6,6 +6,7 @@ run once per rank of the per-rank suites). Every job has a deadline; what outliv
 killed."""
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -202,17 +203,27 @@ def test_the_rest_of_the_launcher_matrix(mode, n, how):
     assert_ok(rc, out, mode, n)
 
 
-def test_a_killed_rank_ends_the_job_naming_it(tmp_path):
+@pytest.mark.parametrize("n", [2, 3])
+def test_a_killed_rank_ends_the_job_naming_it(tmp_path, n):
+    """Rank 1 kills itself mid-DDP: every survivor fails (DistBackendError, whether its
+    collective was under way or could not start any more) naming it within 10 s of the kill,
+    long before the 30 s timeout (the runtime sees the process gone), and every process
+    has ended."""
     url = "file://" + str(tmp_path / "store")
     t0 = time.monotonic()
-    results = run_ranks(2, ["kill", "--init-method", url], env=job_env(TUTTI_TIMEOUT_SECONDS="30"),
+    results = run_ranks(n, ["kill", "--init-method", url], env=job_env(TUTTI_TIMEOUT_SECONDS="30"),
                         limit=90)
     took = time.monotonic() - t0
-    rc0, out0 = results[0]
     assert results[1][0] == -signal.SIGKILL, results[1][1][-3000:]
-    assert rc0 == 3, out0[-6000:]
-    line = [l for l in out0.splitlines() if "FAILED AS EXPECTED" in l][0]
-    assert "rank 1" in line, line
+    killed_at = float(re.search(r"killing itself at step \d+ at ([\d.]+)", results[1][1]).group(1))
+    for rank in [r for r in range(n) if r != 1]:
+        rc, out = results[rank]
+        assert rc == 3, out[-6000:]
+        line = [l for l in out.splitlines() if "FAILED AS EXPECTED" in l][0]
+        assert "DistBackendError" in line and "rank 1" in line, line
+        failed_at = float(re.search(r"failed at ([\d.]+)", out).group(1))
+        assert failed_at - killed_at < 10, "rank %d failed %.1f s after the kill" % (
+            rank, failed_at - killed_at)
     assert took < 90
 
 

@@ -269,7 +269,7 @@ def train(backend, steps=5, kill_at=None, hook=False, fsdp=False):
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     for step in range(steps):
         if kill_at is not None and step == kill_at and r == 1:
-            print("rank 1: killing itself at step %d" % step, flush=True)
+            print("rank 1: killing itself at step %d at %.3f" % (step, time.time()), flush=True)
             os.kill(os.getpid(), signal.SIGKILL)
         g = torch.Generator().manual_seed(1000 + step * n + r)
         x, y = torch.randn(8, 16, generator=g), torch.randn(8, 4, generator=g)
@@ -499,6 +499,7 @@ def kill():
     try:
         train("tutti", steps=10, kill_at=3)
     except Exception as e:  # noqa: BLE001
+        print("failed at %.3f" % time.time(), flush=True)
         print("FAILED AS EXPECTED: %s: %s" % (type(e).__name__, e), flush=True)
         sys.exit(3)
     raise AssertionError("training went on after rank 1 died")

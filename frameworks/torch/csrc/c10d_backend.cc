@@ -826,10 +826,17 @@ class TuttiBackend : public c10d::Backend {
              std::to_string(set_size));
   }
 
+  // A collective that cannot start: a failure of the job (a rank gone, the job stopped, a
+  // backend's error, a timeout, ranks that disagree) is torch's DistBackendError, as when
+  // one fails on the way; bad input on this rank is a plain RuntimeError.
   void check(tutti_status_t status, const Pending& p) const {
-    if (status != TUTTI_OK)
-      refuse("tutti backend: " + p.what + " could not start (" +
-             tutti_status_string(status) + "): " + tutti_last_error());
+    if (status == TUTTI_OK) return;
+    const std::string message = "tutti backend: " + p.what + " could not start (" +
+                                tutti_status_string(status) + "): " + tutti_last_error();
+    if (status == TUTTI_ERR_ABORTED || status == TUTTI_ERR_BACKEND ||
+        status == TUTTI_ERR_TIMEOUT || status == TUTTI_ERR_MISMATCH)
+      C10_THROW_ERROR(DistBackendError, message);
+    refuse(message);
   }
 
   // Submits one op of `p` under the collective's name (suffixed by its index after the first).
