@@ -106,13 +106,13 @@ void raiseStatusError(const StatusError& error) {
   throw StatusError(TUTTI_ERR_INVALID_ARGUMENT, "tutti.torch: " + message);
 }
 
-// `tensor` as a C tensor; it must be dense and contiguous (the Python side ensures it).
-// `tensor` as a C tensor into *t; false when it cannot be one as it is (undefined, sparse, not
-// contiguous, a dtype Tutti lacks, too many dimensions). Throws nothing: GradReducer's hooks
-// call it on autograd's thread.
+// `tensor` as a C tensor into *t; false when it cannot be one as it is (undefined, not
+// strided (sparse, ...), not contiguous, a dtype Tutti lacks, too many dimensions). Throws
+// nothing (the layout is checked before contiguity, which other layouts may refuse to say):
+// GradReducer's hooks call it on autograd's thread.
 bool viewOf(const at::Tensor& tensor, tutti_tensor_t* t) {
   std::memset(t, 0, sizeof *t);
-  if (!tensor.defined() || tensor.is_sparse() || !tensor.is_contiguous() ||
+  if (!tensor.defined() || tensor.layout() != at::kStrided || !tensor.is_contiguous() ||
       tensor.dim() > TUTTI_MAX_DIMS || !toTuttiDtype(tensor.scalar_type(), &t->dtype)) {
     return false;
   }
@@ -586,9 +586,7 @@ class GradReducer {
       if (--param.remaining > 0) return TUTTI_OK;
       at::Tensor grad = param.tensor.grad();
       tutti_tensor_t t;
-      if (!grad.defined() || grad.layout() != at::kStrided || !viewOf(grad, &t)) {
-        return TUTTI_OK;  // the Python side reduces it in synchronize()
-      }
+      if (!viewOf(grad, &t)) return TUTTI_OK;  // the Python side reduces it in synchronize()
       const tutti_op_options_t options =
           makeReduceOptions(grad, op, prescale, postscale, process_set);
       Handle handle = 0;
