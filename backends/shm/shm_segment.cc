@@ -458,8 +458,8 @@ void ShmSegment::waitFor(int member, uint64_t target, Deadline deadline,
   // 2. Yield for a millisecond, then sleep until the member posts, checking the poison,
   //    the deadline and (from the first millisecond on, every 5 ms) the peer's process.
   //    Bounded by the deadline. A wait shorter than that (a peer whose core runs its
-  //    backward pass for a moment) reads no /proc file: opening and parsing one took a
-  //    fifth of this thread's time in a training step that waited like that every round.
+  //    backward pass for a moment) reads no /proc file: opening and parsing one took up to
+  //    18% of this thread's time in a training step that waited like that every round.
   const auto start = Clock::now();
   auto next_check = start + milliseconds(1);
   for (;;) {
