@@ -64,13 +64,13 @@ class Pieces {
  public:
   // `starts` is the caller's persistent vector, refilled with each piece's first element.
   Pieces(const std::vector<AllreducePiece>& pieces, int64_t esz, int64_t total,
-         std::vector<int64_t>& starts, const std::string& what)
+         std::vector<int64_t>& starts, const ShmSegment::What& what)
       : pieces_(pieces), starts_(starts), esz_(esz) {
     starts_.resize(pieces.size() + 1);
     int64_t sum = 0;
     for (size_t k = 0; k < pieces.size(); ++k) {
       if (pieces[k].count < 0)
-        throwError(StatusCode::kInvalidArgument, what + ": piece " + std::to_string(k) +
+        throwError(StatusCode::kInvalidArgument, what.text() + ": piece " + std::to_string(k) +
                                                      " has count " +
                                                      std::to_string(pieces[k].count));
       starts_[k] = sum;
@@ -78,7 +78,7 @@ class Pieces {
     }
     starts_[pieces.size()] = sum;
     if (sum != total)
-      throwError(StatusCode::kInternal, what + ": the pieces hold " + std::to_string(sum) +
+      throwError(StatusCode::kInternal, what.text() + ": the pieces hold " + std::to_string(sum) +
                                             " elements, expected " + std::to_string(total));
   }
   // f(piece, first element in the piece, position in the array, count) for each piece's part
@@ -162,7 +162,7 @@ class ShmBackend : public Backend {
   // slot and the result out of the slots once, without a fusion buffer in between.
   void allreducePieces(const std::vector<AllreducePiece>& pieces, int64_t total, DataType dtype,
                        ReduceOp op, Deadline deadline) override {
-    std::string what = begin("allreduce");
+    const ShmSegment::What what = begin("allreduce");
     checkCount(total, what);
     const int64_t esz = dataTypeSize(dtype), size = seg_->size(), me = seg_->rank();
     Pieces all(pieces, esz, total, starts_, what);
@@ -219,7 +219,7 @@ class ShmBackend : public Backend {
 
   void allgatherv(const void* in, void* out, const std::vector<int64_t>& counts, DataType dtype,
                   Deadline deadline) override {
-    std::string what = begin("allgatherv");
+    const ShmSegment::What what = begin("allgatherv");
     checkCounts(counts, what);
     const int64_t esz = dataTypeSize(dtype), size = seg_->size(), me = seg_->rank();
     const std::vector<int64_t>& offsets = offsetsOf(counts);
@@ -244,10 +244,10 @@ class ShmBackend : public Backend {
   void broadcast(void* buf, int64_t n, DataType dtype, int root, Deadline deadline) override {
     const int64_t bytes = n * dataTypeSize(dtype);  // the same on every member
     if (handsOnBroadcast(bytes)) return options_.next->broadcast(buf, n, dtype, root, deadline);
-    std::string what = begin("broadcast");
+    const ShmSegment::What what = begin("broadcast");
     checkCount(n, what);
     if (root < 0 || root >= seg_->size())
-      throwError(StatusCode::kInvalidArgument, what + ": root must be in [0, " +
+      throwError(StatusCode::kInvalidArgument, what.text() + ": root must be in [0, " +
                                                    std::to_string(seg_->size()) + "), got " +
                                                    std::to_string(root));
     const int64_t esz = dataTypeSize(dtype), per = seg_->bufferBytes() / esz;
@@ -264,10 +264,10 @@ class ShmBackend : public Backend {
   void alltoallv(const void* in, const std::vector<int64_t>& send_counts, void* out,
                  const std::vector<int64_t>& recv_counts, DataType dtype,
                  Deadline deadline) override {
-    std::string what = begin("alltoallv");
+    const ShmSegment::What what = begin("alltoallv");
     const int64_t esz = dataTypeSize(dtype), size = seg_->size(), me = seg_->rank();
     const auto totals = checkAlltoallvCounts(send_counts, recv_counts, static_cast<int>(me),
-                                             static_cast<int>(size), what);
+                                             static_cast<int>(size), what.text());
     const int64_t send_total = totals.send, recv_total = totals.recv;
     if (overlap(in, send_total * esz, out, recv_total * esz)) in = stage(in, send_total * esz);
     // 1. Every member learns the largest block of any pair, so that all run as many epochs.
@@ -309,7 +309,7 @@ class ShmBackend : public Backend {
 
   void reducescatter(const void* in, void* out, const std::vector<int64_t>& counts,
                      DataType dtype, ReduceOp op, Deadline deadline) override {
-    std::string what = begin("reducescatter");
+    const ShmSegment::What what = begin("reducescatter");
     checkCounts(counts, what);
     const int64_t esz = dataTypeSize(dtype), size = seg_->size(), me = seg_->rank();
     const std::vector<int64_t>& offsets = offsetsOf(counts);
@@ -335,25 +335,25 @@ class ShmBackend : public Backend {
   }
 
   void barrier(Deadline deadline) override {
-    std::string what = begin("barrier");
+    const ShmSegment::What what = begin("barrier");
     if (seg_->size() > 1) seg_->round(deadline, what);
   }
 
   void abort(const std::string& reason) override { seg_->poison(StatusCode::kAborted, reason); }
 
  private:
-  std::string begin(const char* op) const {
-    std::string what = seg_->where(op);
+  ShmSegment::What begin(const char* op) const {
+    ShmSegment::What what = seg_->what(op);
     seg_->throwIfPoisoned(what);
     return what;
   }
-  static void checkCount(int64_t n, const std::string& what) {
+  static void checkCount(int64_t n, const ShmSegment::What& what) {
     if (n < 0)
       throwError(StatusCode::kInvalidArgument,
-                 what + ": count must be >= 0, got " + std::to_string(n));
+                 what.text() + ": count must be >= 0, got " + std::to_string(n));
   }
-  void checkCounts(const std::vector<int64_t>& counts, const std::string& what) const {
-    checkMemberCounts(counts, seg_->size(), what);
+  void checkCounts(const std::vector<int64_t>& counts, const ShmSegment::What& what) const {
+    checkMemberCounts(counts, seg_->size(), what.text());
   }
   static int64_t maxOf(const std::vector<int64_t>& counts) {
     return counts.empty() ? 0 : *std::max_element(counts.begin(), counts.end());

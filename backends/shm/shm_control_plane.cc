@@ -32,7 +32,7 @@ class ShmControlPlane : public ControlPlane {
   int size() const override { return seg_->size(); }
 
   std::vector<std::string> gather(const std::string& bytes, Deadline deadline) override {
-    std::string what = begin("gather");
+    const ShmSegment::What what = begin("gather");
     std::vector<std::string> out(seg_->rank() == 0 ? seg_->size() : 0);
     sendPieces(bytes, deadline, what, [&](int member, const uint8_t* data, uint64_t n) {
       if (seg_->rank() == 0) out[member].append(reinterpret_cast<const char*>(data), n);
@@ -41,7 +41,7 @@ class ShmControlPlane : public ControlPlane {
   }
 
   std::string broadcast(const std::string& bytes, Deadline deadline) override {
-    std::string what = begin("broadcast");
+    const ShmSegment::What what = begin("broadcast");
     std::string out;
     sendPieces(seg_->rank() == 0 ? bytes : std::string(), deadline, what,
                [&](int member, const uint8_t* data, uint64_t n) {
@@ -51,7 +51,7 @@ class ShmControlPlane : public ControlPlane {
   }
 
   void allreduceAnd(std::vector<uint64_t>& bits, Deadline deadline) override {
-    std::string what = begin("allreduceAnd");
+    const ShmSegment::What what = begin("allreduceAnd");
     if (seg_->size() == 1) return;
     const size_t per = static_cast<size_t>(seg_->bufferBytes()) / sizeof(uint64_t);
     size_t first = 0;
@@ -74,8 +74,8 @@ class ShmControlPlane : public ControlPlane {
   }
 
  private:
-  std::string begin(const char* op) const {
-    std::string what = seg_->where(op);
+  ShmSegment::What begin(const char* op) const {
+    ShmSegment::What what = seg_->what(op);
     seg_->throwIfPoisoned(what);
     return what;
   }
@@ -83,7 +83,7 @@ class ShmControlPlane : public ControlPlane {
   // Every member sends `bytes` (empty ones too) in pieces; `take(member, data, n)` sees
   // every member's piece of every epoch. Ends when no member has bytes left.
   template <typename Take>
-  void sendPieces(const std::string& bytes, Deadline deadline, const std::string& what,
+  void sendPieces(const std::string& bytes, Deadline deadline, const ShmSegment::What& what,
                   Take take) {
     const uint64_t capacity = static_cast<uint64_t>(seg_->bufferBytes()) - sizeof(PieceHeader);
     uint64_t sent = 0;

@@ -432,7 +432,7 @@ std::string ShmSegment::memberName(int member) const {
          std::to_string(states_[member].pid) + ")";
 }
 
-void ShmSegment::round(Deadline deadline, const std::string& what) {
+void ShmSegment::round(Deadline deadline, const What& what) {
   ++seq_;
   ShmRankState& me = states_[rank_];
   // seq_cst with the waiters' (sleepers, then seq): either a waiter sees the new seq, or
@@ -444,8 +444,7 @@ void ShmSegment::round(Deadline deadline, const std::string& what) {
     if (m != rank_) waitFor(m, seq_, deadline, what);
 }
 
-void ShmSegment::waitFor(int member, uint64_t target, Deadline deadline,
-                         const std::string& what) {
+void ShmSegment::waitFor(int member, uint64_t target, Deadline deadline, const What& what) {
   using namespace std::chrono;
   const std::atomic<uint64_t>& seq = states_[member].seq;
   // 1. Spin: the common case, a peer a few microseconds behind. Not when the set has more
@@ -470,12 +469,12 @@ void ShmSegment::waitFor(int member, uint64_t target, Deadline deadline,
       next_check = now + milliseconds(5);
       ProcState p = procState(states_[member].pid);
       if (!alive(p, states_[member].start_time))
-        fail(StatusCode::kBackend, what + ": " + memberName(member) +
+        fail(StatusCode::kBackend, what.text() + ": " + memberName(member) +
                                        " died (its process is gone) while this rank waited "
                                        "for it");
       if (now >= deadline)
         fail(StatusCode::kTimeout,
-             what + ": timed out after " +
+             what.text() + ": timed out after " +
                  secondsText(duration<double>(now - start).count()) + " s waiting for " +
                  memberName(member) + ", which is " + stateText(p));
     }
@@ -497,10 +496,10 @@ void ShmSegment::waitFor(int member, uint64_t target, Deadline deadline,
   }
 }
 
-void ShmSegment::throwIfPoisoned(const std::string& what) const {
+void ShmSegment::throwIfPoisoned(const What& what) const {
   if (header_->poison.load(std::memory_order_acquire) != 2) return;
   throwError(static_cast<StatusCode>(header_->poison_code),
-             what + ": the group was stopped: " + header_->reason);
+             what.text() + ": the group was stopped: " + header_->reason);
 }
 
 void ShmSegment::poison(StatusCode code, const std::string& reason) {

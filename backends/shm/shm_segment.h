@@ -75,6 +75,19 @@ class ShmSegment {
   static int64_t autoBufferBytes(int members);
   // "rank 3: shm allreduce on group 2 (world ranks 0, 3)".
   std::string where(const char* op) const;
+  // Names an op in its error messages (where(op)), spelled out only when a message is built:
+  // building it for every op was a quarter of a lone op's instructions on the background
+  // thread (callgrind).
+  class What {
+   public:
+    What(const ShmSegment& seg, const char* op) : seg_(&seg), op_(op) {}
+    std::string text() const { return seg_->where(op_); }
+
+   private:
+    const ShmSegment* seg_;
+    const char* op_;
+  };
+  What what(const char* op) const { return What(*this, op); }
 
   void beginEpoch() { ++epoch_; }
   uint8_t* mine() { return slot(rank_); }
@@ -85,15 +98,15 @@ class ShmSegment {
   // Throws Error(kTimeout) at the deadline, Error(kBackend) when a member died, and the
   // poison's code (kAborted after abort()) when the segment was poisoned; the first two
   // poison the segment first.
-  void round(Deadline deadline, const std::string& what);
+  void round(Deadline deadline, const What& what);
 
-  void throwIfPoisoned(const std::string& what) const;
+  void throwIfPoisoned(const What& what) const;
   // The first reason sticks; every member's waits fail with it.
   void poison(StatusCode code, const std::string& reason);
 
  private:
   ShmSegment() = default;
-  void waitFor(int member, uint64_t target, Deadline deadline, const std::string& what);
+  void waitFor(int member, uint64_t target, Deadline deadline, const What& what);
   [[noreturn]] void fail(StatusCode code, const std::string& message);
   std::string memberName(int member) const;
 
