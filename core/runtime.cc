@@ -70,6 +70,8 @@ void Runtime::shutdown(const std::string& note) {
   wake_cv_.notify_all();
   if (onBackgroundThread()) return;  // a callback: the thread stops after this round
   std::call_once(shutdown_once_, [this] {
+    // The thread leaves holding round_mu_ with rounds_over_ set: no caller runs a round
+    // after it (helpRounds), so none touches what is released below.
     if (thread_.joinable()) thread_.join();
     handles_.failAll(recordStop(Status(StatusCode::kAborted, "Tutti was shut down")));
     stopTimeline();
@@ -104,6 +106,9 @@ std::shared_ptr<ProcessSet> Runtime::createSet(int id, std::vector<int> ranks) {
     }
     set->backends =
         makeBackends(*transport_, *set->control, set->ranks, id, backendOptions(config_));
+    for (const auto& b : set->backends)
+      if (b->supports(OpType::kAllreduce, DataType::kFloat32, DeviceType::kCuda))
+        device_plane_ = true;
     logSetBackends(*set);
   }
   sets_.put(set);
@@ -200,7 +205,9 @@ Status Runtime::wait(Handle handle, double timeout_seconds, Result* result, bool
   const bool job_deadline = timeout_seconds < 0;
   constexpr double kVerdictGrace = 3.0;
   const double limit = job_deadline ? config_.timeout_seconds + kVerdictGrace : timeout_seconds;
-  Status status = released ? state->status : HandleTable::wait(*state, deadlineAfter(limit));
+  const Deadline until = deadlineAfter(limit);
+  if (job_deadline && !released) helpRounds(*state, until);
+  Status status = released ? state->status : HandleTable::wait(*state, until);
   if (status.code() == StatusCode::kInProgress) {
     if (!job_deadline) return status;  // the op stays queued and owned by the runtime
     // No verdict (rank 0 unreachable, say): the job cannot go on. Stop it, so that the op
@@ -328,10 +335,12 @@ void Runtime::loop() {
   // Sleeps in the backends' wait loops are short; the default 50 us timer slack would
   // stretch every one of them.
   prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
-  auto cycle = [this] {  // autotune may change it between rounds
+  auto cycle = [this] {  // autotune may change it between rounds (read under round_mu_)
     return std::chrono::duration<double, std::milli>(std::max(tuned_.cycle_time_ms, 0.05));
   };
+  std::unique_lock<std::timed_mutex> first_round(round_mu_);
   auto base = cycle();
+  first_round.unlock();
   auto idle = base;
   bool had_work = false;
   while (true) {
@@ -354,18 +363,69 @@ void Runtime::loop() {
       work_pending_ = false;
     }
     coalesceBurst(base);
-    try {
-      if (!runRound(&had_work)) return;
-    } catch (const Error& error) {
-      stop(error.status());
-      return;
-    } catch (const std::exception& error) {
-      stop(Status(StatusCode::kInternal, error.what()));
-      return;
+    std::unique_lock<std::timed_mutex> round(round_mu_, std::try_to_lock);
+    if (!round.owns_lock()) {
+      // A caller waiting on its op runs the rounds (helpRounds): let it rather than take
+      // the next round from under it, and come back after a cycle (submissions meanwhile
+      // do not wake this thread: it is not marked sleeping). To stop, wait for its round.
+      had_work = false;
+      std::unique_lock<std::mutex> lock(wake_mu_);
+      defers_ = true;
+      wake_cv_.wait_for(lock, base, [this] { return shutdown_requested_ || !defers_; });
+      defers_ = false;
+      if (!shutdown_requested_) continue;
+      lock.unlock();
+      round.lock();
     }
+    if (!runRoundLocked(&had_work)) return;
     if (cycle() != base) idle = base = cycle();
     idle = had_work ? base : std::min(idle * 2, base * 32);
   }
+}
+
+bool Runtime::runRoundLocked(bool* had_work) {
+  if (rounds_over_) return false;
+  try {
+    if (runRound(had_work)) return true;
+  } catch (const Error& error) {
+    stop(error.status());
+  } catch (const std::exception& error) {
+    stop(Status(StatusCode::kInternal, error.what()));
+  }
+  rounds_over_ = true;
+  return false;
+}
+
+void Runtime::helpRounds(const HandleState& state, Deadline until) {
+  // Not where rounds run already (a callback that waits), nor on a device's data plane.
+  if (onBackgroundThread() || device_plane_.load(std::memory_order_relaxed)) return;
+  bool helped = false;
+  while (!state.done.load(std::memory_order_acquire) && Clock::now() < until) {
+    std::unique_lock<std::timed_mutex> round(round_mu_, std::try_to_lock);
+    if (!round.owns_lock()) break;  // the background thread runs one: wait for the op
+    helped = true;
+    work_pending_.store(false);  // this round takes what was submitted so far
+    round_helper_.store(std::this_thread::get_id());
+    bool had_work = false;
+    const bool go_on = runRoundLocked(&had_work);
+    round_helper_.store(std::thread::id());
+    if (!go_on) {  // stopped: the background thread sees rounds_over_ and exits
+      {
+        std::lock_guard<std::mutex> lock(wake_mu_);
+        work_pending_ = true;
+        defers_ = false;
+      }
+      wake_cv_.notify_all();
+      return;
+    }
+  }
+  // Ops still in flight (another thread's) are the background thread's again: if it
+  // stepped aside for this caller's rounds, it comes back now rather than after a cycle.
+  if (!helped || !busy()) return;
+  std::lock_guard<std::mutex> lock(wake_mu_);
+  if (!defers_) return;
+  defers_ = false;
+  wake_cv_.notify_all();
 }
 
 void Runtime::coalesceBurst(std::chrono::duration<double, std::milli> limit) {

@@ -5,7 +5,8 @@
 // the one Runtime. Public methods are thread-safe.
 //
 // The background thread runs rounds (core/runtime_round.cc; docs/architecture.md has the
-// long form). One round:
+// long form), one at a time under round_mu_; a caller waiting on its op without a timeout
+// runs them itself while the background thread is in none (helpRounds). One round:
 //   1. Wait: not at all when this rank has new work, or the last round had new work
 //      anywhere and this rank still has work in flight; otherwise until work is enqueued,
 //      or for the idle time (TUTTI_CYCLE_TIME_MS, doubling up to 32x while the job is idle),
@@ -64,9 +65,11 @@ class Runtime {
   // Idempotent. Called on the background thread itself (from a callback) it only asks the
   // thread to stop after its round; a later shutdown() on another thread joins it.
   void shutdown(const std::string& note = "called shutdown");
-  // The background thread or the execution stream's thread (callbacks run there).
+  // The background thread, the execution stream's thread, or a caller's thread while it
+  // runs a round in wait() (helpRounds): where rounds and callbacks run.
   bool onBackgroundThread() const {
-    return std::this_thread::get_id() == thread_id_ || stream_.onThread();
+    const std::thread::id me = std::this_thread::get_id();
+    return me == thread_id_ || me == round_helper_.load() || stream_.onThread();
   }
 
   const Config& config() const { return config_; }
@@ -112,6 +115,14 @@ class Runtime {
   void loop();
   void coalesceBurst(std::chrono::duration<double, std::milli> limit);
   bool runRound(bool* had_work);  // false once the job stops
+  // runRound with round_mu_ held, by the background thread or a helping caller: an error
+  // stops the runtime (stop()). False once no round may run any more (rounds_over_).
+  bool runRoundLocked(bool* had_work);
+  // A caller waiting (without a timeout of its own) on an op that is not done runs this
+  // rank's rounds itself while the background thread is not in one, until the op is done
+  // or `until`: a lone op then needs no hand-off between two threads, which on a core
+  // they share costs more than the op (docs/architecture.md, "Who runs a round").
+  void helpRounds(const HandleState& state, Deadline until);
   // Autotune, every kTuneEveryRounds rounds on every rank: rank 0 scores the window that
   // ended and broadcasts the settings; every rank applies them (core/autotune.h).
   static constexpr uint64_t kTuneEveryRounds = 4;
@@ -157,10 +168,18 @@ class Runtime {
   mutable std::mutex timeline_mu_;
   std::shared_ptr<Timeline> timeline_;  // under timeline_mu_; null when off
   std::atomic<bool> timeline_on_{false};
-  uint64_t rounds_ = 0;  // background thread only
+  // Held by whoever runs a round: the background thread, or a caller in helpRounds. Every
+  // member below marked "rounds only" is touched under it alone.
+  std::timed_mutex round_mu_;
+  bool rounds_over_ = false;  // rounds only: the runtime stopped, no round runs any more
+  std::atomic<std::thread::id> round_helper_{};  // the caller running a round, if any
+  // A set's data plane is on a device (NCCL): its calls set the calling thread's current
+  // device, so only the runtime's own threads run rounds (no helping).
+  std::atomic<bool> device_plane_{false};
+  uint64_t rounds_ = 0;  // rounds only
   // runRound's new requests of a set (popNew), its storage traded with the queues'.
   std::vector<const Request*> fresh_;
-  TuneSettings tuned_;   // in force; background thread only (autotune changes it)
+  TuneSettings tuned_;   // in force; rounds only (autotune changes it)
   std::unique_ptr<Autotuner> autotuner_;  // rank 0 with TUTTI_AUTOTUNE
   Clock::time_point tune_window_start_;
   int64_t tune_window_bytes_ = 0;
@@ -178,6 +197,9 @@ class Runtime {
   bool shutdown_requested_ = false;
   std::string leave_note_;             // under wake_mu_: why this rank stops
   bool thread_exited_ = false;         // under wake_mu_; wake_cv_ tells failJob
+  // Under wake_mu_: the background thread stepped aside for a caller's rounds (helpRounds)
+  // for up to a cycle; the caller clears it when it leaves with ops still in flight.
+  bool defers_ = false;
   std::atomic<bool> job_failed_{false};
   std::thread::id thread_id_;
 

@@ -31,9 +31,10 @@ void Stats::addCache(int64_t hits, int64_t misses) {
 
 void Stats::addOrdered(int64_t agreed) { add(kOrderedAgreed, agreed); }
 
-void Stats::addRound(bool had_work) {
+void Stats::addRound(bool had_work, bool by_caller) {
   add(kRounds, 1);
   if (had_work) add(kRoundsWithWork, 1);
+  if (by_caller) add(kRoundsByCaller, 1);
 }
 
 void Stats::addError() { add(kErrors, 1); }
@@ -45,7 +46,7 @@ void Stats::addTime(StatTime what, Clock::duration d) {
 
 std::vector<std::pair<std::string, int64_t>> Stats::snapshot() const {
   static const char* const names[kNumScalars] = {
-      "rounds",          "rounds.with_work", "cache.hits",      "cache.misses",
+      "rounds",          "rounds.with_work", "rounds.by_caller", "cache.hits", "cache.misses",
       "ordered.agreed",
       "fusion.batches",  "fusion.tensors",   "fusion.bytes",    "fusion.max_bytes",
       "errors",          "time.negotiation_ns", "time.pack_ns", "time.backend_ns",

@@ -1,7 +1,8 @@
 // Counters of one rank since init: ops and bytes by op and backend, fused batches, cache
 // hits and misses, rounds, and the time spent negotiating, packing, in the backend and
-// unpacking. The background thread adds; any thread reads a snapshot. Thread-safe: the
-// scalar counters are relaxed atomics (one writer), the per-op table is under a mutex.
+// unpacking. Whoever runs the round (one thread at a time) adds; any thread reads a
+// snapshot. Thread-safe: the scalar counters are relaxed atomics (one writer at a time), the
+// per-op table is under a mutex.
 //
 // Counters are name/value pairs (docs/c_api.md lists them), so that new ones never change
 // a struct the C API has handed out.
@@ -28,7 +29,8 @@ class Stats {
   void addFusedBatch(int64_t tensors, int64_t bytes);
   void addCache(int64_t hits, int64_t misses);
   void addOrdered(int64_t agreed);  // ordered ops agreed by position (no gather)
-  void addRound(bool had_work);
+  // One round; `by_caller`: run by a caller waiting on its op (Runtime::helpRounds).
+  void addRound(bool had_work, bool by_caller);
   void addError();
   void addTime(StatTime what, Clock::duration d);
 
@@ -44,6 +46,7 @@ class Stats {
   enum Scalar {
     kRounds,
     kRoundsWithWork,
+    kRoundsByCaller,
     kCacheHits,
     kCacheMisses,
     kOrderedAgreed,

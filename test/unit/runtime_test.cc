@@ -344,3 +344,100 @@ TEST_CASE("pipelined rounds: the next round negotiates while a plan runs; TUTTI_
     CHECK(overlapped.load() == (pipeline ? 2 : 0));
   }
 }
+
+namespace {
+int64_t statOf(Runtime& rt, const std::string& name) {
+  for (const auto& kv : rt.stats())
+    if (kv.first == name) return kv.second;
+  return -1;
+}
+}  // namespace
+
+TEST_CASE("a caller waiting on its op runs the rounds itself, beside other waiting threads and callbacks") {
+  for (int n : {1, 2, 3}) {
+    INFO(n << " ranks");
+    Failures failures;
+    runRanks(n, [](RankContext& c) {
+      const float n = static_cast<float>(c.size);
+      // 1. Lone ops waited on at once (no timeout of their own): the caller runs the round.
+      std::vector<float> x(3);
+      for (int i = 0; i < 200; ++i) {
+        std::fill(x.begin(), x.end(), static_cast<float>(c.rank + i));
+        Handle h = 0;
+        c.expectOk(submitOne(c.rt, makeTestEntry(OpType::kAllreduce, "lone", {3}, DataType::kFloat32, x.data(), x.data()), &h), "submit lone");
+        c.expectOk(c.rt.wait(h, -1, nullptr), "wait lone");
+        const float want = n * i + n * (n - 1) / 2;
+        if (x[0] != want || x[2] != want) c.fail("lone " + std::to_string(i) + ": " + std::to_string(x[0]) + ", expected " + std::to_string(want));
+      }
+      if (statOf(c.rt, "rounds.by_caller") < 1) c.fail("no round was run by the waiting caller");
+      // 2. Four threads submitting and waiting at once, and ops completed by callbacks only:
+      //    whichever thread runs a round completes the others' ops too.
+      std::atomic<int> called{0};
+      std::vector<std::vector<float>> cb(16, std::vector<float>(5, 1.0f));
+      for (int k = 0; k < 16; ++k) {
+        std::vector<TensorEntry> entries;
+        entries.push_back(makeTestEntry(OpType::kAllreduce, "cb." + std::to_string(k), {5}, DataType::kFloat32, cb[k].data(), cb[k].data()));
+        Handle h = 0;
+        c.expectOk(c.rt.submit(0, std::move(entries), [&called](Handle, const Status& s) { if (s.ok()) ++called; }, &h), "submit cb");
+      }
+      std::vector<std::thread> waiters;
+      for (int t = 0; t < 4; ++t) {
+        waiters.emplace_back([&c, t, n] {
+          std::vector<float> y(7);
+          for (int i = 0; i < 50; ++i) {
+            std::fill(y.begin(), y.end(), static_cast<float>(t + i));
+            Handle h = 0;
+            const std::string name = "thread" + std::to_string(t) + "." + std::to_string(i);
+            c.expectOk(submitOne(c.rt, makeTestEntry(OpType::kAllreduce, name, {7}, DataType::kFloat32, y.data(), y.data()), &h), "submit " + name);
+            c.expectOk(c.rt.wait(h, -1, nullptr), "wait " + name);
+            if (y[6] != n * (t + i)) c.fail(name + ": " + std::to_string(y[6]));
+          }
+        });
+      }
+      for (auto& w : waiters) w.join();
+      for (int k = 0; k < 10000 && called.load() < 16; ++k) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      if (called.load() != 16) c.fail("callbacks: " + std::to_string(called.load()) + " of 16");
+      for (const auto& v : cb)
+        if (v[4] != n) c.fail("callback op: " + std::to_string(v[4]));
+    }, failures);
+    CHECK(failures.summary() == "0 failure(s)");
+  }
+}
+
+TEST_CASE("a waiting caller's rounds end cleanly: another rank's shutdown, and a callback that shuts down") {
+  Failures failures;
+  runRanks(2, [](RankContext& c) {
+    std::vector<float> x(4, 1.0f);
+    if (c.rank == 0) {
+      // Waits (running rounds) on an op rank 1 never submits, until rank 1 shuts down.
+      Handle h = 0;
+      c.expectOk(submitOne(c.rt, makeTestEntry(OpType::kAllreduce, "never", {4}, DataType::kFloat32, x.data(), x.data()), &h), "submit");
+      const auto start = Clock::now();
+      Status s = c.rt.wait(h, -1, nullptr);
+      const double took = std::chrono::duration<double>(Clock::now() - start).count();
+      if (s.message() != "allreduce 'never' (process set 0): Tutti was shut down: rank 1 called shutdown")
+        c.fail("wait: " + s.message());
+      if (took > 10) c.fail("the wait took " + std::to_string(took) + " s");
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      c.rt.shutdown();
+    }
+  }, failures);
+  CHECK(failures.summary() == "0 failure(s)");
+  Failures failures2;
+  runRanks(2, [](RankContext& c) {
+    // The op's callback runs on the caller that ran its round, and asks for the stop there.
+    std::vector<float> x(4, 1.0f);
+    Runtime* rt = &c.rt;
+    std::vector<TensorEntry> entries;
+    entries.push_back(makeTestEntry(OpType::kAllreduce, "stop", {4}, DataType::kFloat32, x.data(), x.data()));
+    Handle h = 0;
+    c.expectOk(c.rt.submit(0, std::move(entries), [rt](Handle, const Status&) { rt->shutdown(); }, &h), "submit");
+    c.expectOk(c.rt.wait(h, -1, nullptr), "wait");
+    auto deadline = Clock::now() + std::chrono::seconds(10);
+    while (c.rt.stoppedStatus().ok() && Clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    if (c.rt.stoppedStatus().ok()) c.fail("the callback's shutdown did not stop the runtime");
+  }, failures2);
+  CHECK(failures2.summary() == "0 failure(s)");
+}
