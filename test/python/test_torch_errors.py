@@ -1,6 +1,8 @@
 """Wrong input raises a Python exception carrying the runtime's message on every rank, and
 the runtime keeps working afterwards."""
 
+import time
+
 import pytest
 import torch
 
@@ -82,8 +84,6 @@ def test_alltoall_bad_splits(rank, size):
 
 
 def test_duplicate_name(rank, size):
-    if size == 1:
-        pytest.skip("a lone rank's op may finish before the duplicate is submitted")
     tensor = torch.ones(10)
     # Rank 0 submits first; the others submit only after the barrier, which rank 0 enters
     # after its duplicate attempt, so the first op is still in flight then.
@@ -99,9 +99,38 @@ def test_duplicate_name(rank, size):
         hvd.barrier()
         first = hvd.allreduce_async(tensor, name="err.duplicate", op=hvd.Sum)
     assert torch.equal(hvd.synchronize(first), torch.full((10,), float(size)))
-    # Reusing the name after completion is fine.
+    # Reusing the name after synchronize is fine.
     second = hvd.allreduce_async(tensor, name="err.duplicate", op=hvd.Sum)
     assert torch.equal(hvd.synchronize(second), torch.full((10,), float(size)))
+
+
+def test_a_name_stays_taken_until_synchronized(rank, size):
+    # On every rank, for every kind of op, also once the first op has finished: the refusal
+    # does not depend on how fast the op ran, and the refused call starts nothing.
+    starts = {
+        "allreduce": lambda: hvd.allreduce_async(torch.ones(4), name="taken", op=hvd.Sum),
+        "allgather": lambda: hvd.allgather_async(torch.ones(2, 3), name="taken"),
+        "broadcast": lambda: hvd.broadcast_async(torch.ones(3), 0, name="taken"),
+        "alltoall": lambda: hvd.alltoall_async(torch.ones(size, 2), name="taken"),
+        "reducescatter": lambda: hvd.reducescatter_async(torch.ones(size, 2), name="taken",
+                                                         op=hvd.Sum),
+        "grouped_allreduce": lambda: hvd.grouped_allreduce_async([torch.ones(2)] * 2,
+                                                                 name="taken", op=hvd.Sum),
+    }
+    for op, start in starts.items():
+        first = start()
+        for _ in range(2000):  # every rank submitted it: it finishes; the name stays taken
+            if hvd.poll(first):
+                break
+            time.sleep(0.005)
+        assert hvd.poll(first), op
+        with pytest.raises(hvd.DuplicateNameError) as info:
+            start()
+        assert info.value.code == 10
+        assert "not synchronized" in str(info.value) and op in str(info.value), str(info.value)
+        hvd.synchronize(first)
+        hvd.synchronize(start())  # free again once synchronized
+    check_still_works("taken.after", size)
 
 
 def test_unsupported_dtype(rank, size):

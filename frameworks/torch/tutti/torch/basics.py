@@ -84,6 +84,10 @@ _registered = {}  # id -> ProcessSet, excluding the global one
 # (op, process set id) -> how many unnamed ops of that kind the Python layer has named;
 # starts again from 0 at shutdown, as the runtime's own counters do.
 _noname_counters = {}
+# (process set id, name) -> op, for each named op started here and not synchronized yet
+# (tutti.torch.mpi_ops): a name stays taken until its handle is synchronized. Forgotten at
+# shutdown, with the handles of that runtime.
+_names_in_use = {}
 
 
 def _process_set_id(process_set):
@@ -180,6 +184,7 @@ def shutdown() -> None:
             process_set._invalidate()
         _registered.clear()
         _noname_counters.clear()
+        _names_in_use.clear()
 
 
 def start_timeline(file_path: str, mark_cycles: bool = False) -> None:

@@ -13,7 +13,8 @@ from typing import Any, Callable, List, Optional, Sequence, Union
 import torch
 
 from tutti.torch import _C
-from tutti.torch.basics import ProcessSet, _noname_counters, _process_set_id, global_process_set
+from tutti.torch.basics import (ProcessSet, _names_in_use, _noname_counters, _process_set_id,
+                                global_process_set)
 
 # Reduction ops. Adasum is computed in Python over alltoall (tutti.torch.adasum): allreduce
 # and grouped_allreduce take it; the other reducing ops refuse it, as Horovod's do.
@@ -49,10 +50,49 @@ _handle_map = {}
 _group_ids = itertools.count(-1, -1)
 
 
-def _register(handle_id, keep, finish, slot=None):
+def _register(handle_id, keep, finish, slot=None, names=()):
     handle = Handle(handle_id, keep, slot, finish)
+    handle._names = names  # the names it holds until synchronized (_take_names)
     _handle_map[handle_id] = handle
     return handle
+
+
+def _take_names(op, names, set_id):
+    """Marks the given names (None or "" for none) as taken on this rank until the handle of
+    the op that starts with them is synchronized; returns their keys for _register.
+
+    The runtime refuses a name only while an op of that name runs, which can end
+    microseconds after it starts; a program that starts a name again before synchronizing
+    the first op has a bug whose symptom would then depend on timing. Here it is refused
+    every time (DuplicateNameError, a ValueError), as Horovod's own tests expect."""
+    keys = tuple((set_id, str(n)) for n in names if n)
+    for key in keys:
+        if key in _names_in_use:
+            error = _C.DuplicateNameError(
+                "%s '%s': an op of this name (%s) was started on this rank and its handle is "
+                "not synchronized yet; synchronize it before starting the name again"
+                % (op, key[1], _names_in_use[key]))
+            error.code = 10  # TUTTI_ERR_DUPLICATE_NAME, as the runtime's own refusal
+            raise error
+    for key in keys:
+        _names_in_use[key] = op
+    return keys
+
+
+def _release_names(keys):
+    for key in keys:
+        _names_in_use.pop(key, None)
+
+
+def _submit(op, names, set_id, start):
+    """Takes `names`, then start(): the runtime's handle id (or (id, slot)); the names are
+    given back if the runtime refuses the op."""
+    keys = _take_names(op, names, set_id)
+    try:
+        return start(), keys
+    except BaseException:
+        _release_names(keys)
+        raise
 
 
 def _register_group(parts, finish):
@@ -98,7 +138,10 @@ def synchronize(handle: int) -> Any:
     except _C.TuttiError as error:
         if getattr(error, "code", None) == 8:  # TUTTI_ERR_IN_PROGRESS: still running
             _handle_map[int(entry)] = entry
+        else:
+            _release_names(entry._names)
         raise
+    _release_names(entry._names)
     return entry._finish(output, recv_splits, last_joined)
 
 
@@ -175,11 +218,12 @@ def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor
     set_id = _process_set_id(process_set)
     source = _contiguous(_detach(tensor))
     target = source if output is tensor else _contiguous(_detach(output))
-    handle_id = _C.allreduce_async(_name(name), source, target, op, float(prescale_factor),
-                                   float(postscale_factor), set_id)
+    handle_id, names = _submit("allreduce", [name], set_id, lambda: _C.allreduce_async(
+        _name(name), source, target, op, float(prescale_factor), float(postscale_factor),
+        set_id))
     result = tensor if output is tensor else output
     finish = lambda *_: _copy_back(result, target)  # noqa: E731
-    return _register(handle_id, (tensor, output, source, target), finish)
+    return _register(handle_id, (tensor, output, source, target), finish, names=names)
 
 
 def allreduce_async(tensor: torch.Tensor, average: Optional[bool] = None,
@@ -248,12 +292,13 @@ def _grouped_allreduce_async(tensors, outputs, name, op, prescale_factor,
     sources = [_contiguous(_detach(t)) for t in tensors]
     in_place = outputs is None
     targets = sources if in_place else [_contiguous(_detach(o)) for o in outputs]
-    handle_id = _C.grouped_allreduce_async(names, sources, targets, op,
-                                           float(prescale_factor), float(postscale_factor),
-                                           set_id)
+    handle_id, keys = _submit("grouped_allreduce", names, set_id,
+                              lambda: _C.grouped_allreduce_async(
+                                  names, sources, targets, op, float(prescale_factor),
+                                  float(postscale_factor), set_id))
     results = tensors if in_place else list(outputs)
     finish = lambda *_: [_copy_back(r, t) for r, t in zip(results, targets)]  # noqa: E731
-    return _register(handle_id, (tensors, outputs, sources, targets), finish)
+    return _register(handle_id, (tensors, outputs, sources, targets), finish, names=keys)
 
 
 def grouped_allreduce_async(tensors: Sequence[torch.Tensor], average: Optional[bool] = None,
@@ -299,8 +344,9 @@ def allgather_async(tensor: torch.Tensor, name: Optional[str] = None,
     """
     set_id = _process_set_id(process_set)
     source = _contiguous(_detach(tensor))
-    handle_id, slot = _C.allgather_async(_name(name), source, set_id)
-    return _register(handle_id, (tensor, source), lambda output, *_: output, slot)
+    (handle_id, slot), names = _submit("allgather", [name], set_id,
+                                       lambda: _C.allgather_async(_name(name), source, set_id))
+    return _register(handle_id, (tensor, source), lambda output, *_: output, slot, names)
 
 
 def broadcast_async(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
@@ -336,9 +382,10 @@ def _broadcast_async(tensor, result, root_rank, name, process_set):
     set_id = _process_set_id(process_set)
     root = _root_in_set(root_rank, process_set, "broadcast")
     buffer = _contiguous(_detach(tensor))
-    handle_id = _C.broadcast_async(_name(name), buffer, root, set_id)
+    handle_id, names = _submit("broadcast", [name], set_id,
+                               lambda: _C.broadcast_async(_name(name), buffer, root, set_id))
     finish = lambda *_: _copy_back(result, buffer)  # noqa: E731
-    return _register(handle_id, (tensor, buffer), finish)
+    return _register(handle_id, (tensor, buffer), finish, names=names)
 
 
 def broadcast_(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
@@ -365,12 +412,13 @@ def alltoall_async(tensor: torch.Tensor, splits: Union[Sequence[int], torch.Tens
     None). synchronize() returns (output, received_splits as an int32 tensor)."""
     set_id = _process_set_id(process_set)
     source = _contiguous(_detach(tensor))
-    handle_id, slot = _C.alltoall_async(_name(name), source, _splits_list(splits), set_id)
+    (handle_id, slot), names = _submit("alltoall", [name], set_id, lambda: _C.alltoall_async(
+        _name(name), source, _splits_list(splits), set_id))
 
     def finish(output, recv_splits, _):
         return output, torch.tensor(recv_splits, dtype=torch.int32)
 
-    return _register(handle_id, (tensor, source, splits), finish, slot)
+    return _register(handle_id, (tensor, source, splits), finish, slot, names)
 
 
 def reducescatter_async(tensor: torch.Tensor, name: Optional[str] = None, op: int = Average,
@@ -381,9 +429,11 @@ def reducescatter_async(tensor: torch.Tensor, name: Optional[str] = None, op: in
     op = _check_op(op, "reducescatter")
     set_id = _process_set_id(process_set)
     source = _contiguous(_detach(tensor))
-    handle_id, slot = _C.reducescatter_async(_name(name), source, op, float(prescale_factor),
-                                             float(postscale_factor), set_id)
-    return _register(handle_id, (tensor, source), lambda output, *_: output, slot)
+    (handle_id, slot), names = _submit("reducescatter", [name], set_id,
+                                       lambda: _C.reducescatter_async(
+                                           _name(name), source, op, float(prescale_factor),
+                                           float(postscale_factor), set_id))
+    return _register(handle_id, (tensor, source), lambda output, *_: output, slot, names)
 
 
 # ---- grouped allgather and reducescatter, sparse allreduce --------------------------------
