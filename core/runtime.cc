@@ -399,6 +399,10 @@ bool Runtime::runRoundLocked(bool* had_work) {
 void Runtime::helpRounds(const HandleState& state, Deadline until) {
   // Not where rounds run already (a callback that waits), nor on a device's data plane.
   if (onBackgroundThread() || device_plane_.load(std::memory_order_relaxed)) return;
+  // Only for an op alone in flight on this rank: with others (a training step's gradients)
+  // the background thread is negotiating them already, and taking turns with it costs a
+  // hand-off per wait.
+  if (sets_.inFlight() > state.tensors) return;
   bool helped = false;
   while (!state.done.load(std::memory_order_acquire) && Clock::now() < until) {
     std::unique_lock<std::timed_mutex> round(round_mu_, std::try_to_lock);

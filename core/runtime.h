@@ -5,8 +5,8 @@
 // the one Runtime. Public methods are thread-safe.
 //
 // The background thread runs rounds (core/runtime_round.cc; docs/architecture.md has the
-// long form), one at a time under round_mu_; a caller waiting on its op without a timeout
-// runs them itself while the background thread is in none (helpRounds). One round:
+// long form), one at a time under round_mu_; a caller waiting without a timeout on a lone
+// op runs them itself while the background thread is in none (helpRounds). One round:
 //   1. Wait: not at all when this rank has new work, or the last round had new work
 //      anywhere and this rank still has work in flight; otherwise until work is enqueued,
 //      or for the idle time (TUTTI_CYCLE_TIME_MS, doubling up to 32x while the job is idle),
@@ -118,10 +118,11 @@ class Runtime {
   // runRound with round_mu_ held, by the background thread or a helping caller: an error
   // stops the runtime (stop()). False once no round may run any more (rounds_over_).
   bool runRoundLocked(bool* had_work);
-  // A caller waiting (without a timeout of its own) on an op that is not done runs this
-  // rank's rounds itself while the background thread is not in one, until the op is done
-  // or `until`: a lone op then needs no hand-off between two threads, which on a core
-  // they share costs more than the op (docs/architecture.md, "Who runs a round").
+  // A caller waiting (without a timeout of its own) on an op that is not done and is alone
+  // in flight on this rank runs this rank's rounds itself while the background thread is
+  // not in one, until the op is done or `until`: a lone op then needs no hand-off between
+  // two threads, which on a core they share costs more than the op (docs/architecture.md,
+  // "Who runs a round").
   void helpRounds(const HandleState& state, Deadline until);
   // Autotune, every kTuneEveryRounds rounds on every rank: rank 0 scores the window that
   // ended and broadcasts the settings; every rank applies them (core/autotune.h).
