@@ -338,7 +338,7 @@ void Runtime::loop() {
   auto cycle = [this] {  // autotune may change it between rounds (read under round_mu_)
     return std::chrono::duration<double, std::milli>(std::max(tuned_.cycle_time_ms, 0.05));
   };
-  std::unique_lock<std::timed_mutex> first_round(round_mu_);
+  std::unique_lock<std::mutex> first_round(round_mu_);
   auto base = cycle();
   first_round.unlock();
   auto idle = base;
@@ -363,7 +363,7 @@ void Runtime::loop() {
       work_pending_ = false;
     }
     coalesceBurst(base);
-    std::unique_lock<std::timed_mutex> round(round_mu_, std::try_to_lock);
+    std::unique_lock<std::mutex> round(round_mu_, std::try_to_lock);
     if (!round.owns_lock()) {
       // A caller waiting on its op runs the rounds (helpRounds): let it rather than take
       // the next round from under it, and come back after a cycle (submissions meanwhile
@@ -405,7 +405,7 @@ void Runtime::helpRounds(const HandleState& state, Deadline until) {
   if (sets_.inFlight() > state.tensors) return;
   bool helped = false;
   while (!state.done.load(std::memory_order_acquire) && Clock::now() < until) {
-    std::unique_lock<std::timed_mutex> round(round_mu_, std::try_to_lock);
+    std::unique_lock<std::mutex> round(round_mu_, std::try_to_lock);
     if (!round.owns_lock()) break;  // the background thread runs one: wait for the op
     helped = true;
     work_pending_.store(false);  // this round takes what was submitted so far

@@ -171,7 +171,7 @@ class Runtime {
   std::atomic<bool> timeline_on_{false};
   // Held by whoever runs a round: the background thread, or a caller in helpRounds. Every
   // member below marked "rounds only" is touched under it alone.
-  std::timed_mutex round_mu_;
+  std::mutex round_mu_;
   bool rounds_over_ = false;  // rounds only: the runtime stopped, no round runs any more
   std::atomic<std::thread::id> round_helper_{};  // the caller running a round, if any
   // A set's data plane is on a device (NCCL): its calls set the calling thread's current
