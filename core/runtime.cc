@@ -52,7 +52,6 @@ Runtime::Runtime(Config config, std::unique_ptr<Transport> transport)
   if (ExecStream::wantsThread(config_)) stream_.start();
   logStartup();
   thread_ = std::thread([this] { loop(); });
-  thread_id_ = thread_.get_id();
 }
 
 Runtime::~Runtime() { shutdown(); }
@@ -324,6 +323,7 @@ void Runtime::streamFailed(const Status& status) {
 }
 
 void Runtime::loop() {
+  thread_id_.store(std::this_thread::get_id());
   struct Exited {  // tells failJob the thread no longer touches queued entries
     Runtime* self;
     ~Exited() {

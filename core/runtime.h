@@ -69,7 +69,7 @@ class Runtime {
   // runs a round in wait() (helpRounds): where rounds and callbacks run.
   bool onBackgroundThread() const {
     const std::thread::id me = std::this_thread::get_id();
-    return me == thread_id_ || me == round_helper_.load() || stream_.onThread();
+    return me == thread_id_.load() || me == round_helper_.load() || stream_.onThread();
   }
 
   const Config& config() const { return config_; }
@@ -202,7 +202,9 @@ class Runtime {
   // for up to a cycle; the caller clears it when it leaves with ops still in flight.
   bool defers_ = false;
   std::atomic<bool> job_failed_{false};
-  std::thread::id thread_id_;
+  // The background thread's id, stored by the thread itself before its first round (its
+  // rounds read it; the constructor may not have returned by then).
+  std::atomic<std::thread::id> thread_id_{};
 
   mutable std::mutex status_mu_;
   Status stopped_;  // sticky

@@ -99,7 +99,7 @@ bool Runtime::runRound(bool* had_work) {
     notes.batches += static_cast<int64_t>(plan.size());
     enqueuePlan(sets[i], std::move(plan), bytes, tl);
   }
-  stats_.addRound(*had_work, std::this_thread::get_id() != thread_id_);
+  stats_.addRound(*had_work, round_helper_.load() == std::this_thread::get_id());
   if (tl && *had_work)
     tl->round(round_start, "\"round\":" + std::to_string(rounds_) +
                                ",\"cache_hits\":" + std::to_string(notes.cache_hits) +
