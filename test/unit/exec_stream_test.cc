@@ -148,12 +148,6 @@ std::shared_ptr<ProcessSet> holdingSet(int hold_ms, bool fail, HoldingBackend** 
   return set;
 }
 
-int64_t roundsWithWork(const Runtime& rt) {
-  for (const auto& kv : rt.stats())
-    if (kv.first == "rounds.with_work") return kv.second;
-  return -1;
-}
-
 RunPlan bigPlan(const std::shared_ptr<ProcessSet>& set, const std::string& name) {
   Response r;
   r.names = {name};
@@ -250,8 +244,8 @@ TEST_CASE("an autotune backend switch with pipelined rounds lands between the sa
           if (!s.ok()) return failures.add("rank " + std::to_string(r) + ": submit: " + s.message());
           // About one round per op (at most 100 ms each), however slow the machine (TSan):
           // autotune needs ~110 rounds to reach the switch.
-          const int64_t before = roundsWithWork(rt);
-          for (int k = 0; k < 1000 && roundsWithWork(rt) == before; ++k)
+          const int64_t before = statOf(rt, "rounds.with_work");
+          for (int k = 0; k < 1000 && statOf(rt, "rounds.with_work") == before; ++k)
             std::this_thread::sleep_for(std::chrono::microseconds(100));
         }
         for (int i = 0; i < kOps; ++i) {

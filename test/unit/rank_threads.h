@@ -76,6 +76,22 @@ inline Status submitOne(Runtime& rt, TensorEntry e, Handle* h, int set = 0) {
   return rt.submit(set, std::move(entries), nullptr, h);
 }
 
+// A counter of rt.stats() ("rounds.with_work"), -1 when it has none of that name.
+inline int64_t statOf(const Runtime& rt, const std::string& name) {
+  for (const auto& kv : rt.stats())
+    if (kv.first == name) return kv.second;
+  return -1;
+}
+
+// Polls (every 5 ms, for at most `seconds`) until rt has stopped; returns its sticky status
+// (OK if it had not stopped by then).
+inline Status waitUntilStopped(const Runtime& rt, double seconds) {
+  const auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
+  while (rt.stoppedStatus().ok() && Clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  return rt.stoppedStatus();
+}
+
 inline Status runOne(Runtime& rt, TensorEntry e, Result* result = nullptr, int set = 0) {
   Handle h = 0;
   Status s = submitOne(rt, std::move(e), &h, set);

@@ -165,9 +165,7 @@ TEST_CASE("wait with a short timeout keeps the handle; one rank's shutdown stops
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
       c.expectOk(runOne(c.rt, makeTestEntry(OpType::kAllreduce, "late", {4}, DataType::kFloat32, x.data(), x.data())), "late");
       // Rank 0 shuts down: this rank's runtime stops with a clear, sticky status.
-      auto deadline = Clock::now() + std::chrono::seconds(10);
-      while (c.rt.stoppedStatus().ok() && Clock::now() < deadline)
-        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      waitUntilStopped(c.rt, 10);
       Status s = runOne(c.rt, makeTestEntry(OpType::kAllreduce, "after", {4}, DataType::kFloat32, x.data(), x.data()));
       if (s.message() != "Tutti was shut down: rank 0 called shutdown") c.fail("after shutdown: " + s.message());
     }
@@ -222,10 +220,7 @@ TEST_CASE("a stalled tensor stops the job on every rank with a message naming it
     if (c.rank == 0) {
       s = runOne(c.rt, makeTestEntry(OpType::kAllreduce, "only.rank0", {2}, DataType::kFloat32, x.data(), x.data()));
     } else {
-      auto deadline = Clock::now() + std::chrono::seconds(20);
-      while (c.rt.stoppedStatus().ok() && Clock::now() < deadline)
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
-      s = c.rt.stoppedStatus();
+      s = waitUntilStopped(c.rt, 20);
     }
     if (s.code() != StatusCode::kTimeout) c.fail("expected a timeout, got: " + s.message());
     if (s.message().find("stall shutdown: allreduce 'only.rank0' (process set 0) has waited") == std::string::npos ||
@@ -252,10 +247,7 @@ TEST_CASE("a tensor a rank never submits fails on every rank at TUTTI_TIMEOUT_SE
     if (c.rank != 2) {
       s = runOne(c.rt, makeTestEntry(OpType::kAllreduce, "never.arrives", {2}, DataType::kFloat32, x.data(), x.data()));
     } else {
-      auto deadline = Clock::now() + std::chrono::seconds(20);
-      while (c.rt.stoppedStatus().ok() && Clock::now() < deadline)
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
-      s = c.rt.stoppedStatus();
+      s = waitUntilStopped(c.rt, 20);
     }
     const double took = std::chrono::duration<double>(Clock::now() - start).count();
     if (s.code() != StatusCode::kTimeout) c.fail("expected a timeout, got: " + s.message());
@@ -294,10 +286,7 @@ TEST_CASE("handles used only with callbacks are released, the oldest first, and 
     Handle h = 0;
     Runtime* rt = &c.rt;
     c.expectOk(c.rt.submit(0, std::move(entries), [rt](Handle, const Status&) { rt->shutdown(); }, &h), "submit");
-    auto deadline = Clock::now() + std::chrono::seconds(10);
-    while (c.rt.stoppedStatus().ok() && Clock::now() < deadline)
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    if (c.rt.stoppedStatus().ok()) c.fail("a callback's shutdown did not stop the runtime");
+    if (waitUntilStopped(c.rt, 10).ok()) c.fail("a callback's shutdown did not stop the runtime");
   }, failures);
   CHECK(failures.summary() == "0 failure(s)");
 }
@@ -311,11 +300,6 @@ TEST_CASE("pipelined rounds: the next round negotiates while a plan runs; TUTTI_
       // A is large enough to go to the executor thread (a small plan runs inline when it idles).
       std::vector<float> a(ExecStream::kInlineBytes / 4 + 1, 1.0f), b(4, 2.0f);
       std::atomic<bool> release{false}, in_callback{false};
-      auto rounds_with_work = [&c] {
-        for (const auto& kv : c.rt.stats())
-          if (kv.first == "rounds.with_work") return kv.second;
-        return int64_t(-1);
-      };
       // A's callback holds the thread that runs plans until released (at most 3 s).
       std::vector<TensorEntry> entries;
       entries.push_back(makeTestEntry(OpType::kAllreduce, "pipe.a", {int64_t(a.size())}, DataType::kFloat32, a.data(), a.data()));
@@ -325,13 +309,13 @@ TEST_CASE("pipelined rounds: the next round negotiates while a plan runs; TUTTI_
         for (int k = 0; k < 3000 && !release.load(); ++k) std::this_thread::sleep_for(std::chrono::milliseconds(1));
       }, &ha), "submit a");
       for (int k = 0; k < 10000 && !in_callback.load(); ++k) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      const int64_t before = rounds_with_work();
+      const int64_t before = statOf(c.rt, "rounds.with_work");
       c.expectOk(submitOne(c.rt, makeTestEntry(OpType::kAllreduce, "pipe.b", {4}, DataType::kFloat32, b.data(), b.data()), &hb), "submit b");
       // B's round (negotiation, a round with work) runs while A's callback still holds the
       // executor thread; with TUTTI_PIPELINE=0 the background thread is the one held.
       bool negotiated = false;
       for (int k = 0; k < 1000 && !negotiated; ++k) {
-        negotiated = rounds_with_work() > before;
+        negotiated = statOf(c.rt, "rounds.with_work") > before;
         if (!negotiated) std::this_thread::sleep_for(std::chrono::milliseconds(1));
       }
       if (negotiated && !release.load()) ++overlapped;
@@ -344,14 +328,6 @@ TEST_CASE("pipelined rounds: the next round negotiates while a plan runs; TUTTI_
     CHECK(overlapped.load() == (pipeline ? 2 : 0));
   }
 }
-
-namespace {
-int64_t statOf(Runtime& rt, const std::string& name) {
-  for (const auto& kv : rt.stats())
-    if (kv.first == name) return kv.second;
-  return -1;
-}
-}  // namespace
 
 TEST_CASE("a caller waiting on its op runs the rounds itself, beside other waiting threads and callbacks") {
   for (int n : {1, 2, 3}) {
@@ -434,10 +410,7 @@ TEST_CASE("a waiting caller's rounds end cleanly: another rank's shutdown, and a
     Handle h = 0;
     c.expectOk(c.rt.submit(0, std::move(entries), [rt](Handle, const Status&) { rt->shutdown(); }, &h), "submit");
     c.expectOk(c.rt.wait(h, -1, nullptr), "wait");
-    auto deadline = Clock::now() + std::chrono::seconds(10);
-    while (c.rt.stoppedStatus().ok() && Clock::now() < deadline)
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    if (c.rt.stoppedStatus().ok()) c.fail("the callback's shutdown did not stop the runtime");
+    if (waitUntilStopped(c.rt, 10).ok()) c.fail("the callback's shutdown did not stop the runtime");
   }, failures2);
   CHECK(failures2.summary() == "0 failure(s)");
 }
